@@ -1,0 +1,63 @@
+"""`python -m kp_core`: the environment, and which backend each installed kp package would use."""
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import platform
+
+import torch
+
+from . import __version__, native
+
+
+def _installed_packages() -> list:
+    """Installed kp packages, found through their `kp_core.packages` entry point."""
+    eps = md.entry_points(group="kp_core.packages")
+    return sorted({ep.value for ep in eps})
+
+
+def _gpu_lines() -> list:
+    if not torch.cuda.is_available():
+        return ["GPU      none visible to torch (torch.cuda.is_available() is False)"]
+    out = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        out.append(
+            f"GPU {i}    {p.name}, sm_{p.major}{p.minor}, {p.multi_processor_count} SMs, "
+            f"{p.total_memory / 2**30:.0f} GiB"
+        )
+    return out
+
+
+def main() -> None:
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except Exception as e:  # triton is optional
+        triton_version = f"not importable ({type(e).__name__})"
+    print(f"kp-core  {__version__}")
+    print(f"python   {platform.python_version()}")
+    print(f"torch    {torch.__version__} (CUDA {torch.version.cuda or 'none'})")
+    print(f"triton   {triton_version}")
+    for line in _gpu_lines():
+        print(line)
+    pkgs = _installed_packages()
+    if not pkgs:
+        print("no kp kernel packages installed")
+    for pkg in pkgs:
+        version = md.version(pkg.replace("_", "-"))
+        status = native.load(pkg)
+        print(f"\n{pkg} {version}\n  native   {status.describe()}")
+        if torch.cuda.is_available() and status.loaded:
+            for i in range(torch.cuda.device_count()):
+                print(f"  cuda:{i}   {status.device_problem(i) or 'kernels run here'}")
+        mod = importlib.import_module(pkg)
+        describe = getattr(mod, "describe_backends", None)
+        if describe is not None:
+            for line in describe():
+                print(f"  {line}")
+
+
+if __name__ == "__main__":
+    main()

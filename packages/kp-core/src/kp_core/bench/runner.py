@@ -1,0 +1,145 @@
+"""Runs cases: makes rotating input sets, times every impl, records failures as skipped rows."""
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+from typing import Any, Iterable
+
+import torch
+
+from . import metrics
+from .case import Case, Impl, is_kp
+from .progress import progress
+from .timing import REP_MS, WARMUP_MS, do_bench, host_ms, is_cuda, sync
+
+MAX_INPUT_SETS = 8
+L2_MULTIPLE = 3  # rotate through at least this many L2s worth of inputs
+FREE_SHARE = 0.5  # input sets may take at most this share of free memory: outputs, graphs
+                  # and workspaces need the rest
+
+
+def run(cases: Iterable[Case], *, device: Any, ceilings: dict[str, dict] | None = None,
+        warmup: float = WARMUP_MS, rep: float = REP_MS) -> list[dict[str, Any]]:
+    """Time every impl of every case; one row per (case, impl), in order."""
+    cases = list(cases)
+    rows: list[dict[str, Any]] = []
+    with progress(sum(len(c.impls) for c in cases)) as bar:
+        for case in cases:
+            rows.extend(_run_case(case, device, ceilings or {}, warmup, rep, bar))
+    return rows
+
+
+def _run_case(case: Case, device: Any, ceilings: dict, warmup: float, rep: float, bar) -> list:
+    _reset_compile_caches()
+    torch.manual_seed(0)
+    base = {"op": case.op, "label": case.label, "params": dict(case.params),
+            "bytes": case.bytes, "flops": case.flops, "ceiling": case.ceiling,
+            "sweep": case.sweep, "status": "skipped", "reason": None, "ms": None,
+            "host_ms": None, "input_sets": 0}
+    try:
+        sets = _input_sets(case, device)
+    except Exception as e:  # e.g. OOM making the inputs: every impl of the case is skipped
+        sets, failure = [], f"making inputs: {_reason(e)}"
+    else:
+        failure = None
+    rows = []
+    for name in case.impls:
+        bar.describe(f"{case.op} {case.label} · {name}")
+        row = {**base, "impl": name, "kp": is_kp(name), "input_sets": len(sets),
+               "reason": failure}
+        if failure is None:
+            try:
+                row.update(_time_impl(case.impl(name), sets, case.host_timing, device,
+                                      warmup, rep), status="ok")
+            except Exception as e:  # unavailable backend, missing package, OOM, ...
+                row["reason"] = _reason(e)
+                _release(device)
+        metrics.annotate([row], ceilings)
+        rows.append(row)
+        bar.advance()
+        bar.log(_line(row))
+    del sets
+    _release(device)
+    for row in metrics.annotate(rows, ceilings):
+        if row["speedup"]:
+            bar.log(f"    {row['impl']} speedup: " + ", ".join(
+                f"{v:.2f}x {k}" for k, v in row["speedup"].items()))
+    return rows
+
+
+def _time_impl(impl: Impl, sets: list[tuple], host: bool, device: Any, warmup: float,
+               rep: float) -> dict[str, float]:
+    args = [impl.setup(*s) if impl.setup else s for s in sets]
+    cycle = itertools.cycle(args)
+    run = impl.run
+
+    def call():
+        return run(*next(cycle))
+
+    call()  # first call: compiles/autotunes, and an impl that cannot serve raises here
+    sync(device)
+    out = {"ms": do_bench(call, device=device, warmup=warmup, rep=rep)}
+    if host:
+        out["host_ms"] = host_ms(call, device=device, calls=500 if is_cuda(device) else 20)
+    return out
+
+
+def _input_sets(case: Case, device: Any) -> list[tuple]:
+    """As many input sets as cover L2_MULTIPLE x the L2 (at most MAX_INPUT_SETS, bounded by free
+    memory). do_bench also flushes the L2 before each call; rotating keeps an op from reading
+    data the previous call left in the L2 even where that flush is absent."""
+    gpu = is_cuda(device)
+    before = torch.cuda.memory_allocated() if gpu else 0
+    first = _as_tuple(case.make_inputs())
+    if not gpu:
+        return [first]
+    per_set = max(torch.cuda.memory_allocated() - before, 1)
+    l2 = torch.cuda.get_device_properties(torch.device(device)).L2_cache_size
+    want = min(MAX_INPUT_SETS, max(1, math.ceil(L2_MULTIPLE * l2 / per_set)))
+    fits = int(FREE_SHARE * torch.cuda.mem_get_info()[0] // per_set)
+    return [first] + [_as_tuple(case.make_inputs()) for _ in range(max(0, min(want, fits) - 1))]
+
+
+def _as_tuple(inputs: Any) -> tuple:
+    return inputs if isinstance(inputs, tuple) else (inputs,)
+
+
+def _reset_compile_caches() -> None:
+    # Each case is a new shape. A fresh cache gives torch.compile a static-shape compile per case
+    # (what a user compiling one model gets) instead of hitting the recompile limit, or dynamo's
+    # automatic dynamic shapes, after a few sizes.
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.reset()
+
+
+def _release(device: Any) -> None:
+    if not is_cuda(device):
+        return
+    try:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    except Exception:  # a sticky CUDA error: the next impls will be skipped with their own reason
+        pass
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"[:300]
+
+
+def _line(row: dict[str, Any]) -> str:
+    head = f"  {row['op']} {row['label']} {row['impl']}:"
+    if row["status"] != "ok":
+        return f"{head} skipped ({row['reason']})"
+    parts = [f"{row['ms'] * 1e3:.1f} us"]
+    if row["host_ms"] is not None:
+        parts.append(f"host {row['host_ms'] * 1e3:.1f} us/call")
+    if row["gbps"] is not None:
+        parts.append(f"{row['gbps']:.0f} GB/s")
+    if row["tflops"] is not None:
+        parts.append(f"{row['tflops']:.1f} TFLOP/s")
+    if row["pct_of_ceiling"] is not None:
+        parts.append(f"{row['pct_of_ceiling']:.0f}% of {row['ceiling']}")
+    return f"{head} " + ", ".join(parts)

@@ -1,0 +1,97 @@
+"""Backend selection: which level (cuda, triton, reference) serves a call.
+
+Order of precedence: the call's `backend=` argument, the innermost `use_backend()` context, the
+`KP_BACKEND` environment variable, then `auto`. A *named* backend that cannot serve the call raises
+`BackendUnavailable`; only `auto` falls back.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Callable, Iterator, Mapping, Optional
+
+BACKENDS = ("auto", "cuda", "triton", "reference")
+# `auto` tries these in order.
+AUTO_ORDER = ("cuda", "triton", "reference")
+
+# threading.local (not a ContextVar): dynamo can trace attribute reads of it, so the choice made
+# under torch.compile is the same one eager would make.
+_local = threading.local()
+
+
+class BackendUnavailable(RuntimeError):
+    """A backend was asked for by name and cannot serve this call."""
+
+
+def _validate(name: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"unknown kp backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return name
+
+
+@contextlib.contextmanager
+def use_backend(name: str) -> Iterator[None]:
+    """Force a backend for every kp call inside the block (per thread)."""
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    stack.append(_validate(name))
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def requested_backend(explicit: Optional[str] = None) -> str:
+    """The backend asked for, before checking what can serve: argument > context > env > auto."""
+    if explicit is not None:
+        return _validate(explicit)
+    stack = getattr(_local, "stack", None)
+    if stack:
+        return stack[-1]
+    env = os.environ.get("KP_BACKEND")
+    return _validate(env) if env else "auto"
+
+
+# A backend's `supports(forced, *facts)` returns None when it can serve, else a sentence saying why
+# not. `forced` is True when the backend was named: a level may serve a named call it would not
+# volunteer for under `auto` (Triton's CPU interpreter, say).
+Supports = Callable[..., Optional[str]]
+
+
+def select(op: str, checks: Mapping[str, Supports], requested: str, *facts) -> str:
+    """Resolve `requested` into a concrete backend for this call.
+
+    `checks` maps each backend of the op to its `supports(forced, *facts)`. The facts are plain values
+    (device type and index, dtypes, sizes), so the result can be cached by the caller.
+    """
+    if requested != "auto":
+        why = checks[requested](True, *facts)
+        if why is not None:
+            raise BackendUnavailable(f"{op}: backend {requested!r} cannot serve this call: {why}")
+        return requested
+    for name in AUTO_ORDER:
+        if checks[name](False, *facts) is None:
+            return name
+    raise BackendUnavailable(f"{op}: no backend can serve this call")  # reference always can
+
+
+class Selector:
+    """`select` with a cache keyed by the facts: the hot path is one dict lookup."""
+
+    def __init__(self, op: str, checks: Mapping[str, Supports]):
+        missing = set(AUTO_ORDER) - set(checks)
+        if missing:
+            raise ValueError(f"{op}: every op needs all three levels, missing {sorted(missing)}")
+        self.op, self.checks, self._cache = op, dict(checks), {}
+
+    def __call__(self, requested: str, *facts) -> str:
+        key = (requested, *facts)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = select(self.op, self.checks, requested, *facts)
+        return hit
+
+    def clear(self) -> None:
+        self._cache.clear()

@@ -1,0 +1,66 @@
+"""Loading a package's native extension (`kp_<pkg>._C`) and explaining why it cannot serve."""
+from __future__ import annotations
+
+import functools
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class NativeStatus:
+    """What is known about one package's extension. `module` is None when it did not load."""
+
+    package: str
+    module: Optional[Any]
+    error: Optional[str] = None
+    archs: list = field(default_factory=list)
+    ptx: list = field(default_factory=list)
+    cuda_runtime: Optional[int] = None
+
+    @property
+    def loaded(self) -> bool:
+        return self.module is not None
+
+    @functools.lru_cache(maxsize=None)
+    def device_problem(self, device_index: int) -> Optional[str]:
+        """None when the kernels run on that CUDA device, else a diagnostic sentence."""
+        if self.module is None:
+            return self.error
+        why = self.module.check_device(int(device_index))
+        return why or None
+
+    def describe(self) -> str:
+        if self.module is None:
+            return f"not loaded: {self.error}"
+        sass = ", ".join(f"sm_{a}" for a in self.archs) or "none"
+        ptx = ", ".join(f"compute_{a}" for a in self.ptx) or "none"
+        return f"loaded (machine code {sass}; PTX {ptx}; CUDA runtime {_cuda_version(self.cuda_runtime)})"
+
+    def __hash__(self) -> int:  # lru_cache on a method needs a hashable self
+        return id(self)
+
+
+def _cuda_version(v: Optional[int]) -> str:
+    return "?" if not v else f"{v // 1000}.{(v % 1000) // 10}"
+
+
+@functools.lru_cache(maxsize=None)
+def load(package: str) -> NativeStatus:
+    """Import `<package>._C` once. Never raises: a missing or broken build is reported, not fatal."""
+    try:
+        mod = importlib.import_module(f"{package}._C")
+    except ImportError as e:
+        return NativeStatus(
+            package,
+            None,
+            error=f"{package}._C is not importable ({e}). The wheel was built without native code or "
+            f"for another Python; reinstall with a CUDA toolkit present (see docs/architecture.md).",
+        )
+    return NativeStatus(
+        package,
+        mod,
+        archs=list(mod.compiled_archs()),
+        ptx=list(mod.ptx_archs()),
+        cuda_runtime=int(mod.cuda_runtime_version()),
+    )

@@ -1,0 +1,54 @@
+"""pytest plugin loaded through kp-core's `pytest11` entry point: markers, options, seeds."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from .inputs import seed_from
+
+MARKERS = {
+    "gpu": "needs a CUDA GPU; skipped without one",
+    "large": "tensors over 2^31 elements; run with --run-large or KP_TEST_LARGE=1 (GPU only)",
+    "slow": "takes more than a few seconds; run with --run-slow or KP_TEST_SLOW=1",
+    "distributed": "needs two or more GPUs",
+}
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("kp")
+    group.addoption("--run-large", action="store_true", help="run tests marked large")
+    group.addoption("--run-slow", action="store_true", help="run tests marked slow")
+
+
+def pytest_configure(config):
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def _flag(config, option: str, env: str) -> bool:
+    return bool(config.getoption(option)) or os.environ.get(env, "") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    import torch
+
+    n_gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    run_large = _flag(config, "--run-large", "KP_TEST_LARGE")
+    run_slow = _flag(config, "--run-slow", "KP_TEST_SLOW")
+    for item in items:
+        kw = item.keywords
+        if ("gpu" in kw or "large" in kw) and n_gpus == 0:
+            item.add_marker(pytest.mark.skip(reason="no CUDA GPU"))
+        elif "distributed" in kw and n_gpus < 2:
+            item.add_marker(pytest.mark.skip(reason="needs 2+ GPUs"))
+        elif "large" in kw and not run_large:
+            item.add_marker(pytest.mark.skip(reason="large: pass --run-large"))
+        elif "slow" in kw and not run_slow:
+            item.add_marker(pytest.mark.skip(reason="slow: pass --run-slow"))
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """A seed derived from the test id: fresh per case, the same on every rerun."""
+    return seed_from(request.node.nodeid)

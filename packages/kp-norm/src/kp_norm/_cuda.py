@@ -1,0 +1,90 @@
+"""The cuda level: the native kernels of `kp_norm._C`, called with raw pointers (no libtorch)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from kp_core import dtypes, load_native
+from kp_core.registry import current_stream
+
+NATIVE = load_native("kp_norm")
+_F32 = torch.float32
+
+
+def supports(forced: bool, device_type: str, device_index, dtype, weight_dtype, residual_dtype) -> Optional[str]:
+    if device_type != "cuda":
+        return f"the tensors are on {device_type}; the CUDA kernels need a CUDA device"
+    if not NATIVE.loaded:
+        return NATIVE.error
+    if residual_dtype is not None and residual_dtype not in (dtype, _F32):
+        return f"residual_dtype {residual_dtype} must be the activation dtype {dtype} or float32"
+    return NATIVE.device_problem(device_index)
+
+
+def _kernel_weight(w: Optional[torch.Tensor], act: torch.dtype) -> Optional[torch.Tensor]:
+    # The kernels read weights of the activation dtype or fp32; anything else is widened once here.
+    return w if w is None or w.dtype in (act, _F32) else w.float()
+
+
+def _ptr(t: Optional[torch.Tensor]) -> int:
+    return 0 if t is None else t.data_ptr()
+
+
+def _stride(t: Optional[torch.Tensor]) -> int:
+    return 0 if t is None else t.stride(0)
+
+
+def norm_fwd(x, residual, weight, bias, eps, is_rms, weight_offset, residual_dtype, save_stats):
+    rows, cols = x.shape
+    dev = x.device
+    y = torch.empty((rows, cols), dtype=x.dtype, device=dev)
+    res_out = None if residual is None else torch.empty((rows, cols), dtype=residual_dtype, device=dev)
+    rstd = torch.empty(rows, dtype=_F32, device=dev) if save_stats else None
+    mean = torch.empty(rows, dtype=_F32, device=dev) if save_stats and not is_rms else None
+    if rows == 0:
+        return y, res_out, mean, rstd
+    w = _kernel_weight(weight, x.dtype)
+    b = _kernel_weight(bias, x.dtype)
+    if w is not None and b is not None and b.dtype != w.dtype:
+        b = b.to(w.dtype)
+    index = dev.index
+    NATIVE.module.norm_fwd(
+        x.data_ptr(), x.stride(0), _ptr(residual), _stride(residual), _ptr(w), _ptr(b),
+        y.data_ptr(), cols, _ptr(res_out), cols, _ptr(mean), _ptr(rstd),
+        rows, cols, dtypes.code(x.dtype),
+        dtypes.code(w.dtype if w is not None else (b.dtype if b is not None else x.dtype)),
+        dtypes.code(residual_dtype if residual is not None else x.dtype),
+        float(eps), float(weight_offset), bool(is_rms), index, current_stream(index),
+    )  # fmt: skip
+    return y, res_out, mean, rstd
+
+
+def norm_bwd(dy, x, dres, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db):
+    rows, cols = x.shape
+    dev = x.device
+    dx = torch.empty((rows, cols), dtype=x.dtype, device=dev)
+    if rows == 0:
+        zeros = None if weight is None else torch.zeros(cols, dtype=weight.dtype, device=dev)
+        return dx, zeros if need_dw else None, zeros.clone() if need_db else None
+    w = _kernel_weight(weight, dy.dtype)
+    act, xc = dtypes.code(dy.dtype), dtypes.code(x.dtype)
+    index = dev.index
+    mod = NATIVE.module
+    parts = mod.norm_bwd_partials(rows, cols, act, xc, index)
+    dw_part = torch.empty((parts, cols), dtype=_F32, device=dev) if need_dw else None
+    db_part = torch.empty((parts, cols), dtype=_F32, device=dev) if need_db else None
+    stream = current_stream(index)
+    mod.norm_bwd(
+        dy.data_ptr(), dy.stride(0), x.data_ptr(), x.stride(0), _ptr(dres), _stride(dres),
+        _ptr(w), _ptr(mean), rstd.data_ptr(), dx.data_ptr(), cols, _ptr(dw_part), _ptr(db_part),
+        parts, rows, cols, act, xc, dtypes.code(w.dtype if w is not None else dy.dtype),
+        float(weight_offset), bool(is_rms), index, stream,
+    )  # fmt: skip
+    dw = db = None
+    if need_dw:
+        dw = torch.empty(cols, dtype=weight.dtype, device=dev)
+        mod.col_sum(dw_part.data_ptr(), parts, cols, dw.data_ptr(), dtypes.code(dw.dtype), index, stream)
+    if need_db:
+        db = torch.empty(cols, dtype=weight.dtype, device=dev)
+        mod.col_sum(db_part.data_ptr(), parts, cols, db.data_ptr(), dtypes.code(db.dtype), index, stream)
+    return dx, dw, db

@@ -1,0 +1,329 @@
+"""RMSNorm and LayerNorm, plain or fused with a residual add: checks, dispatch, autograd, registration.
+
+Two torch.library ops carry the whole family: `kp_norm::norm_fwd` and `kp_norm::norm_bwd`. Eager
+calls skip the dispatcher and call the chosen backend directly (inside an autograd.Function when a
+gradient is needed); torch.compile traces the registered ops, whose autograd is registered too.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+from typing import Optional
+
+import torch
+from kp_core import Selector, registry, requested_backend
+from kp_core.dtypes import FLOATING
+
+from . import _cuda, reference
+
+# ---------------------------------------------------------------------------------------------
+# Levels
+
+
+def _triton_module():
+    from .triton import norm as triton_norm  # imported on first use: importing triton is slow
+
+    return triton_norm
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_importable() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def _triton_supports(forced, device_type, device_index, dtype, weight_dtype, residual_dtype) -> Optional[str]:
+    if not _triton_importable():
+        return "triton is not installed"
+    if device_type == "cuda":
+        return None
+    if forced and os.environ.get("TRITON_INTERPRET") == "1":
+        return None  # CPU tensors run under Triton's interpreter (tests); never chosen by auto
+    return f"the tensors are on {device_type}; Triton kernels need a GPU (or TRITON_INTERPRET=1)"
+
+
+def _reference_supports(forced, *facts) -> Optional[str]:
+    return None
+
+
+_SUPPORTS = {"cuda": _cuda.supports, "triton": _triton_supports, "reference": _reference_supports}
+_select = Selector("kp_norm", _SUPPORTS)
+
+
+@registry.constant_result
+def _backend_for(requested, device_type, device_index, dtype, weight_dtype, residual_dtype) -> str:
+    return _select(requested, device_type, device_index, dtype, weight_dtype, residual_dtype)
+
+
+def _fwd_impl(backend: str):
+    if backend == "cuda":
+        return _cuda.norm_fwd
+    if backend == "triton":
+        return _triton_module().norm_fwd
+    return reference.norm_fwd
+
+
+def _bwd_impl(backend: str):
+    if backend == "cuda":
+        return _cuda.norm_bwd
+    if backend == "triton":
+        return _triton_module().norm_bwd
+    return reference.norm_bwd
+
+
+def describe_backends() -> list:
+    """Lines for `python -m kp_core`: what `auto` picks for bf16 on each device."""
+    devices = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    lines = []
+    for d in devices:
+        dev = torch.device(d)
+        name = _select("auto", dev.type, dev.index, torch.bfloat16, torch.bfloat16, None)
+        lines.append(f"auto on {d}: {name}")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.library registration (what torch.compile and opcheck see)
+
+_EMPTY = (0,)
+
+
+def _or_empty(t: Optional[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    return like.new_empty(_EMPTY) if t is None else t
+
+
+def _op_fwd(x, residual, weight, bias, eps, is_rms, weight_offset, residual_dtype, save_stats, backend):
+    y, res_out, mean, rstd = _fwd_impl(backend)(
+        x, residual, weight, bias, eps, is_rms, weight_offset, residual_dtype, save_stats
+    )
+    return y, _or_empty(res_out, x), _or_empty(mean, x), _or_empty(rstd, x)
+
+
+def _op_fwd_fake(x, residual, weight, bias, eps, is_rms, weight_offset, residual_dtype, save_stats, backend):
+    rows = x.shape[0]
+    y = torch.empty_like(x, memory_format=torch.contiguous_format)
+    res_out = x.new_empty(_EMPTY) if residual is None else x.new_empty(x.shape, dtype=residual_dtype)
+    rstd = x.new_empty((rows,), dtype=torch.float32) if save_stats else x.new_empty(_EMPTY)
+    mean = x.new_empty((rows,), dtype=torch.float32) if save_stats and not is_rms else x.new_empty(_EMPTY)
+    return y, res_out, mean, rstd
+
+
+def _op_bwd(dy, x, dres, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db, backend):
+    dx, dw, db = _bwd_impl(backend)(
+        dy, x, dres, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db
+    )
+    return dx, _or_empty(dw, dx), _or_empty(db, dx)
+
+
+def _op_bwd_fake(dy, x, dres, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db, backend):
+    dx = torch.empty_like(x, memory_format=torch.contiguous_format)
+    cols = x.shape[1]
+    dw = weight.new_empty((cols,)) if need_dw else x.new_empty(_EMPTY)
+    db = weight.new_empty((cols,)) if need_db else x.new_empty(_EMPTY)
+    return dx, dw, db
+
+
+def _setup_context(ctx, inputs, output):
+    x, residual, weight, bias, eps, is_rms, weight_offset, residual_dtype, save_stats, backend = inputs
+    _, res_out, mean, rstd = output
+    normalized = x if residual is None else res_out
+    ctx.save_for_backward(normalized, weight, mean if not is_rms else None, rstd)
+    ctx.meta = (is_rms, weight_offset, backend, residual is not None, x.dtype)
+    ctx.needs = (weight is not None and ctx.needs_input_grad[2], bias is not None and ctx.needs_input_grad[3])
+
+
+def _backward_with(bwd, ctx, dy, dres):
+    normalized, weight, mean, rstd = ctx.saved_tensors
+    is_rms, weight_offset, backend, fused, x_dtype = ctx.meta
+    need_dw, need_db = ctx.needs
+    dy = dy.contiguous() if dy.stride(-1) != 1 else dy
+    if dres is not None and dres.stride(-1) != 1:
+        dres = dres.contiguous()
+    dh, dw, db = bwd(dy, normalized, dres if fused else None, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db, backend)
+    dx = dh if dh.dtype == x_dtype else dh.to(x_dtype)
+    return dx, (dh if fused else None), (dw if need_dw else None), (db if need_db else None), None, None, None, None, None, None
+
+
+def _op_backward(ctx, dy, dres, dmean, drstd):
+    def bwd(*args):
+        dx, dw, db = NORM_BWD(*args)
+        return dx, (dw if args[8] else None), (db if args[9] else None)
+
+    return _backward_with(bwd, ctx, dy, dres)
+
+
+NORM_BWD = registry.define(
+    "kp_norm",
+    "norm_bwd(Tensor dy, Tensor x, Tensor? dres, Tensor? weight, Tensor? mean, Tensor rstd, bool is_rms, "
+    "float weight_offset, bool need_dw, bool need_db, str backend) -> (Tensor, Tensor, Tensor)",
+    _op_bwd,
+    _op_bwd_fake,
+)
+NORM_FWD = registry.define(
+    "kp_norm",
+    "norm_fwd(Tensor x, Tensor? residual, Tensor? weight, Tensor? bias, float eps, bool is_rms, "
+    "float weight_offset, ScalarType? residual_dtype, bool save_stats, str backend) "
+    "-> (Tensor, Tensor, Tensor, Tensor)",
+    _op_fwd,
+    _op_fwd_fake,
+    backward=_op_backward,
+    setup_context=_setup_context,
+)
+
+
+class _NormFunction(torch.autograd.Function):
+    """Eager autograd: the same context and backward as the registered op, minus the dispatcher."""
+
+    @staticmethod
+    def forward(x, residual, weight, bias, eps, is_rms, weight_offset, residual_dtype, save_stats, backend):
+        return _fwd_impl(backend)(x, residual, weight, bias, eps, is_rms, weight_offset, residual_dtype, save_stats)
+
+    setup_context = staticmethod(_setup_context)
+
+    @staticmethod
+    def backward(ctx, dy, dres, dmean, drstd):
+        def bwd(*args):
+            return _bwd_impl(args[-1])(*args[:-1])
+
+        return _backward_with(bwd, ctx, dy, dres)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks and the one entry point of the family
+
+
+def _check_param(name: str, t: Optional[torch.Tensor], x: torch.Tensor, shape, op: str):
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: {name} must be a tensor or None, got {type(t).__name__}")
+    if t.dtype not in FLOATING:
+        raise TypeError(f"{op}: {name} must be float32, float16 or bfloat16, got {t.dtype}")
+    if t.device != x.device:
+        raise ValueError(f"{op}: x is on {x.device} but {name} is on {t.device}")
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"{op}: {name} has shape {tuple(t.shape)}, expected {tuple(shape)} (x's normalized dims)")
+    return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
+
+
+def _as_rows(t: torch.Tensor, cols: int) -> torch.Tensor:
+    """[..., *normalized] -> [rows, cols] with a unit last stride (a view when possible)."""
+    t2 = t.reshape(-1, cols)
+    return t2 if t2.stride(-1) == 1 or t2.shape[0] == 0 else t2.contiguous()
+
+
+def norm(
+    op: str,
+    x: torch.Tensor,
+    residual: Optional[torch.Tensor],
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    eps: Optional[float],
+    is_rms: bool,
+    weight_offset: float,
+    residual_dtype: Optional[torch.dtype],
+    backend: Optional[str],
+    normalized_ndim: Optional[int] = None,
+):
+    """Validate, flatten to rows, pick the backend, run. Returns (y, residual_out or None)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{op}: x must be a tensor, got {type(x).__name__}")
+    if x.dtype not in FLOATING:
+        raise TypeError(f"{op}: x must be float32, float16 or bfloat16, got {x.dtype}")
+    nd = normalized_ndim or (weight.dim() if isinstance(weight, torch.Tensor) else 1)
+    if x.dim() < nd or nd < 1:
+        raise ValueError(f"{op}: x of shape {tuple(x.shape)} has fewer than the {nd} normalized dims")
+    norm_shape = x.shape[x.dim() - nd :]
+    cols = 1
+    for s in norm_shape:
+        cols *= s
+    if cols == 0:
+        raise ValueError(f"{op}: cannot normalize over zero elements (x has shape {tuple(x.shape)})")
+    weight = _check_param("weight", weight, x, norm_shape, op)
+    bias = _check_param("bias", bias, x, norm_shape, op)
+    if weight is not None and bias is not None and bias.dtype != weight.dtype:
+        raise TypeError(f"{op}: weight is {weight.dtype} but bias is {bias.dtype}; give them one dtype")
+    if bias is not None and weight is None:
+        # The kernels take a bias only beside a weight: a weight of ones is the same function.
+        weight, weight_offset = torch.ones_like(bias), 0.0
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps
+    elif not eps >= 0:
+        raise ValueError(f"{op}: eps must be >= 0, got {eps}")
+    if residual is not None:
+        if not isinstance(residual, torch.Tensor):
+            raise TypeError(f"{op}: residual must be a tensor, got {type(residual).__name__}")
+        if residual.dtype not in FLOATING:
+            raise TypeError(f"{op}: residual must be float32, float16 or bfloat16, got {residual.dtype}")
+        if residual.device != x.device:
+            raise ValueError(f"{op}: x is on {x.device} but residual is on {residual.device}")
+        if residual.shape != x.shape:
+            raise ValueError(f"{op}: residual has shape {tuple(residual.shape)}, x has {tuple(x.shape)}")
+        if residual_dtype is None:
+            residual_dtype = torch.promote_types(x.dtype, residual.dtype)
+        elif residual_dtype not in FLOATING:
+            raise TypeError(f"{op}: residual_dtype must be float32, float16 or bfloat16, got {residual_dtype}")
+        if residual.dtype != residual_dtype:
+            residual = residual.to(residual_dtype)
+        residual = _as_rows(residual, cols)
+    else:
+        residual_dtype = None
+
+    x2 = _as_rows(x, cols)
+    dev = x.device
+    name = _backend_for(
+        requested_backend(backend), dev.type, dev.index, x.dtype,
+        weight.dtype if weight is not None else None, residual_dtype,
+    )  # fmt: skip
+    grad = torch.is_grad_enabled() and (
+        x.requires_grad
+        or (residual is not None and residual.requires_grad)
+        or (weight is not None and weight.requires_grad)
+        or (bias is not None and bias.requires_grad)
+    )
+    args = (x2, residual, weight, bias, float(eps), is_rms, float(weight_offset), residual_dtype, grad, name)
+    if registry.is_compiling():
+        y, res_out, _, _ = NORM_FWD(*args)
+        res_out = res_out if residual is not None else None
+    elif grad:
+        y, res_out, _, _ = _NormFunction.apply(*args)
+    else:
+        y, res_out, _, _ = _fwd_impl(name)(*args[:-1])
+    y = y.view(x.shape)
+    return y, (res_out.view(x.shape) if res_out is not None else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Public functions (exported by __init__.py)
+
+
+def rms_norm(x, weight=None, eps=None, *, weight_offset=0.0, backend=None):
+    """RMSNorm over the trailing `weight.dim()` dims of x (the last dim without a weight).
+
+    y = x / sqrt(mean(x^2) + eps) * (weight + weight_offset), in fp32, rounded once to x.dtype.
+    `eps=None` means torch.finfo(x.dtype).eps, as in torch.nn.functional.rms_norm.
+    `weight_offset=1.0` gives Gemma's (1 + weight), added in fp32.
+    """
+    return norm("rms_norm", x, None, weight, None, eps, True, weight_offset, None, backend)[0]
+
+
+def layer_norm(x, weight=None, bias=None, eps=1e-5, *, weight_offset=0.0, backend=None):
+    """LayerNorm over the trailing `weight.dim()` dims of x: (x - mean) / sqrt(var + eps) * w + b."""
+    return norm("layer_norm", x, None, weight, bias, eps, False, weight_offset, None, backend)[0]
+
+
+def fused_add_rms_norm(x, residual, weight=None, eps=None, *, weight_offset=0.0, residual_dtype=None, backend=None):
+    """h = x + residual; returns (rms_norm(h), h) in one pass over memory.
+
+    h is rounded to `residual_dtype` (default: torch's promotion of x and residual, exactly what
+    the unfused `residual = x + residual` stores) before it is normalized; pass
+    `residual_dtype=torch.float32` to keep the sum unrounded in fp32.
+    """
+    return norm("fused_add_rms_norm", x, residual, weight, None, eps, True, weight_offset, residual_dtype, backend)
+
+
+def fused_add_layer_norm(
+    x, residual, weight=None, bias=None, eps=1e-5, *, weight_offset=0.0, residual_dtype=None, backend=None
+):
+    """h = x + residual; returns (layer_norm(h), h). Rounding of h as in fused_add_rms_norm."""
+    return norm("fused_add_layer_norm", x, residual, weight, bias, eps, False, weight_offset, residual_dtype, backend)

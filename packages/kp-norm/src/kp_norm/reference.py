@@ -1,0 +1,88 @@
+"""The reference level: plain PyTorch, written for clarity. It also serves as the float64 oracle.
+
+Every backend implements these two functions with the same arguments and the same rounding:
+the residual sum is rounded to `residual_dtype` and that rounded value is what gets normalized;
+all other math is in `acc` (fp32 for the backends, fp64 for the oracle) and rounded once at the end.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+
+def norm_fwd(
+    x: torch.Tensor,
+    residual: Optional[torch.Tensor],
+    weight: Optional[torch.Tensor],
+    bias: Optional[torch.Tensor],
+    eps: float,
+    is_rms: bool,
+    weight_offset: float,
+    residual_dtype: Optional[torch.dtype],
+    save_stats: bool,
+    *,
+    acc: torch.dtype = torch.float32,
+    out_dtype: Optional[torch.dtype] = None,
+):
+    """x, residual: [M, N]; weight, bias: [N]. Returns (y, residual_out, mean, rstd)."""
+    residual_out = None
+    if residual is not None:
+        residual_out = (x.to(acc) + residual.to(acc)).to(residual_dtype)
+        h = residual_out.to(acc)
+    else:
+        h = x.to(acc)
+    mean = None
+    if is_rms:
+        rstd = torch.rsqrt(h.square().mean(-1) + eps)
+        xhat = h * rstd[:, None]
+    else:
+        mean = h.mean(-1)
+        centered = h - mean[:, None]
+        rstd = torch.rsqrt(centered.square().mean(-1) + eps)
+        xhat = centered * rstd[:, None]
+    y = xhat
+    if weight is not None:
+        y = y * (weight.to(acc) + weight_offset)
+    if bias is not None:
+        y = y + bias.to(acc)
+    y = y.to(out_dtype or x.dtype)
+    if not save_stats:
+        mean = rstd = None
+    return y, residual_out, mean, rstd
+
+
+def norm_bwd(
+    dy: torch.Tensor,
+    x: torch.Tensor,
+    dres: Optional[torch.Tensor],
+    weight: Optional[torch.Tensor],
+    mean: Optional[torch.Tensor],
+    rstd: torch.Tensor,
+    is_rms: bool,
+    weight_offset: float,
+    need_dw: bool,
+    need_db: bool,
+    *,
+    acc: torch.dtype = torch.float32,
+):
+    """Gradients of norm_fwd given the saved statistics. x is the tensor that was normalized.
+
+    With g = dy * w_eff and xhat the normalized input:
+      RMSNorm   dx = rstd * (g - xhat * mean(g * xhat))
+      LayerNorm dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+    plus the gradient of the residual output, if any. Returns (dx, dw, db).
+    """
+    dyf = dy.to(acc)
+    r = rstd.to(acc)[:, None]
+    xhat = x.to(acc) * r if is_rms else (x.to(acc) - mean.to(acc)[:, None]) * r
+    g = dyf * (weight.to(acc) + weight_offset) if weight is not None else dyf
+    dx = g - xhat * (g * xhat).mean(-1, keepdim=True)
+    if not is_rms:
+        dx = dx - g.mean(-1, keepdim=True)
+    dx = dx * r
+    if dres is not None:
+        dx = dx + dres.to(acc)
+    dw = (dyf * xhat).sum(0).to(weight.dtype) if need_dw else None
+    db = dyf.sum(0).to(weight.dtype) if need_db else None
+    return dx.to(x.dtype), dw, db

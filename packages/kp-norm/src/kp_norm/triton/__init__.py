@@ -1,0 +1,1 @@
+"""Triton level of kp-norm: the kernels behind ``backend="triton"`` (see ``norm.py``)."""

@@ -1,0 +1,180 @@
+"""The API around the kernels: errors before launch, dispatch, modules, torch.library, compile, graphs."""
+import pytest
+import torch
+import torch.nn.functional as F
+from kp_core import BackendUnavailable, testing as kt, use_backend
+
+import kp_norm
+from kp_norm import norm as norm_mod
+
+
+def _x(seed, shape=(4, 8), dtype=torch.float32, device="cpu"):
+    return kt.randn(shape, dtype=dtype, device=device, seed=seed)
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda x, w: kp_norm.rms_norm(x.int(), None), TypeError, "float32, float16 or bfloat16"),
+        (lambda x, w: kp_norm.rms_norm(x, w[:5]), ValueError, r"weight has shape \(5,\)"),
+        (lambda x, w: kp_norm.rms_norm(x, w.int()), TypeError, "weight must be float"),
+        (lambda x, w: kp_norm.rms_norm(x, w.to("meta")), ValueError, "x is on cpu but weight is on meta"),
+        (lambda x, w: kp_norm.layer_norm(x, w, w.half()), TypeError, "give them one dtype"),
+        (lambda x, w: kp_norm.rms_norm(x, w, -1.0), ValueError, "eps must be >= 0"),
+        (lambda x, w: kp_norm.rms_norm(x[:, :0], None), ValueError, "zero elements"),
+        (lambda x, w: kp_norm.rms_norm(x, "w"), TypeError, "weight must be a tensor"),
+        (lambda x, w: kp_norm.rms_norm([1.0], None), TypeError, "x must be a tensor"),
+        (lambda x, w: kp_norm.fused_add_rms_norm(x, x[:2], w), ValueError, "residual has shape"),
+        (lambda x, w: kp_norm.fused_add_rms_norm(x, x.to("meta"), w), ValueError, "residual is on meta"),
+        (lambda x, w: kp_norm.fused_add_rms_norm(x, x.long(), w), TypeError, "residual must be float"),
+        (lambda x, w: kp_norm.rms_norm(x, w, backend="cudnn"), ValueError, "unknown kp backend"),
+    ],
+)
+def test_bad_input_raises_clearly(call, error, match, seed):
+    x, w = _x(seed), _x(seed + 1, (8,))
+    with pytest.raises(error, match=match):
+        call(x, w)
+
+
+@pytest.mark.gpu
+def test_device_mismatch_on_gpu_raises(seed):
+    x = _x(seed, device="cuda")
+    with pytest.raises(ValueError, match="x is on cuda:0 but weight is on cpu"):
+        kp_norm.rms_norm(x, _x(seed, (8,)))
+
+
+def test_forced_backend_that_cannot_serve_raises(seed):
+    x = _x(seed)  # CPU tensors: the cuda level can never serve them
+    with pytest.raises(BackendUnavailable, match="backend 'cuda' cannot serve"):
+        kp_norm.rms_norm(x, None, backend="cuda")
+
+
+# --- dispatch precedence ---------------------------------------------------------------------
+
+
+def test_backend_precedence(monkeypatch, seed):
+    seen = []
+    real = norm_mod._fwd_impl
+
+    def spy(name):
+        seen.append(name)
+        return real(name)
+
+    monkeypatch.setattr(norm_mod, "_fwd_impl", spy)
+    x = _x(seed)
+    with torch.no_grad():
+        kp_norm.rms_norm(x)
+        monkeypatch.setenv("KP_BACKEND", "reference")
+        kp_norm.rms_norm(x)
+        with pytest.raises(BackendUnavailable):
+            with use_backend("cuda"):  # the context beats the environment
+                kp_norm.rms_norm(x)
+        with use_backend("cuda"):
+            kp_norm.rms_norm(x, backend="reference")  # the argument beats the context
+    expected_auto = "cuda" if torch.cuda.is_available() and x.is_cuda else "reference"
+    assert seen == [expected_auto, "reference", "reference"]
+
+
+# --- modules ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_rmsnorm_module_loads_torch_state_dict(affine, seed):
+    ref = torch.nn.RMSNorm((3, 8), eps=1e-6, elementwise_affine=affine)
+    if affine:
+        ref.weight.data = _x(seed, (3, 8))
+    ours = kp_norm.RMSNorm((3, 8), eps=1e-6, elementwise_affine=affine)
+    ours.load_state_dict(ref.state_dict())
+    x = _x(seed + 1, (5, 3, 8))
+    kt.assert_matches_oracle(ours(x), ref.double()(x.double()), dtype=torch.float32)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_layernorm_module_loads_torch_state_dict(bias, seed):
+    ref = torch.nn.LayerNorm(8, bias=bias)
+    ref.weight.data = _x(seed, (8,))
+    if bias:
+        ref.bias.data = _x(seed + 2, (8,))
+    ours = kp_norm.LayerNorm.from_torch(ref)
+    assert set(ours.state_dict()) == set(ref.state_dict())
+    x = _x(seed + 1, (5, 8))
+    kt.assert_matches_oracle(ours(x), ref.double()(x.double()), dtype=torch.float32)
+    y, h = ours(x, x)  # the fused form
+    kt.assert_matches_oracle(h, 2 * x.double(), dtype=torch.float32)
+
+
+def test_replace_norms_swaps_every_norm(seed):
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Sequential(torch.nn.RMSNorm(8)))
+    x = _x(seed, (2, 8))
+    want = model(x)
+    kp_norm.replace_norms(model)
+    assert isinstance(model[1], kp_norm.LayerNorm) and isinstance(model[2][0], kp_norm.RMSNorm)
+    torch.testing.assert_close(model(x), want)
+
+
+def test_gemma_offset_module_starts_as_identity_transform(seed):
+    m = kp_norm.RMSNorm(8, weight_offset=1.0)
+    assert torch.all(m.weight == 0)
+    x = _x(seed, (3, 8))
+    kt.assert_matches_oracle(m(x), F.rms_norm(x.double(), (8,)), dtype=torch.float32)
+
+
+# --- torch.library, torch.compile, CUDA graphs ----------------------------------------------
+
+
+def _op_args(level, seed, residual):
+    backend, device = level
+    x = _x(seed, (5, 33), device=device).requires_grad_(True)
+    r = _x(seed + 1, (5, 33), device=device).requires_grad_(True) if residual else None
+    w = _x(seed + 2, (33,), device=device).requires_grad_(True)
+    b = _x(seed + 3, (33,), device=device).requires_grad_(True)
+    return x, r, w, b, backend
+
+
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("is_rms", [True, False])
+def test_opcheck(level, is_rms, residual, seed):
+    x, r, w, b, backend = _op_args(level, seed, residual)
+    fwd_args = (x, r, w, None if is_rms else b, 1e-5, is_rms, 0.0, torch.float32 if residual else None, True, backend)
+    kt.opcheck(norm_mod.NORM_FWD, fwd_args)
+    with torch.no_grad():  # norm_bwd has no derivative of its own (no double backward)
+        _, _, mean, rstd = norm_mod.NORM_FWD(*fwd_args)
+    dy = torch.randn_like(x)
+    bwd_args = (dy, x.detach(), dy if residual else None, w.detach(), None if is_rms else mean, rstd, is_rms, 0.0, True, not is_rms, backend)
+    kt.opcheck(norm_mod.NORM_BWD, bwd_args)
+
+
+@pytest.mark.parametrize("residual", [False, True])
+def test_compile_fullgraph_forward_and_backward(level, residual, seed):
+    x, r, w, b, backend = _op_args(level, seed, residual)
+
+    def f(x, r, w, b):
+        if r is None:
+            return kp_norm.layer_norm(x, w, b, backend=backend).sin().sum()
+        y, h = kp_norm.fused_add_rms_norm(x, r, w, backend=backend)
+        return (y.sin() + h.cos()).sum()
+
+    inputs = [x, w, b] if r is None else [x, r, w]
+    eager = f(x, r, w, b)
+    eager_grads = torch.autograd.grad(eager, inputs)
+    compiled = kt.compiled(f, device_type=x.device.type)
+    out = compiled(x, r, w, b)
+    grads = torch.autograd.grad(out, inputs)
+    torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-5)
+    for g, e in zip(grads, eager_grads):
+        torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+def test_cuda_graph_capture(backend, seed):
+    x = _x(seed, (64, 4096), torch.bfloat16, "cuda")
+    w = _x(seed + 1, (4096,), torch.bfloat16, "cuda")
+    r = _x(seed + 2, (64, 4096), torch.bfloat16, "cuda")
+    out = kt.graph_captured(lambda: kp_norm.fused_add_rms_norm(x, r, w, backend=backend), )
+    want = kp_norm.fused_add_rms_norm(x, r, w, backend="reference")
+    torch.testing.assert_close(out[0], want[0], rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(out[1], want[1], rtol=0, atol=0)

@@ -1,0 +1,74 @@
+# kp_add_extension(<target> SOURCES <files...> INSTALL_DIR <python package dir>)
+#
+# The one way a kp package builds its native module (<target> is the module name, e.g. _C):
+# a pybind11 module of CUDA + C++ sources that links the CUDA runtime statically and NOT libtorch,
+# so one wheel serves every torch version.
+#
+# GPU architectures come from KP_CUDA_ARCHS (environment variable, else CMake cache variable), a
+# ';' or ',' separated list. An entry "80" or "90a" means machine code (SASS) for that SM; an entry
+# "90-virtual" means PTX for compute_90, which the driver JIT-compiles for newer GPUs. Default:
+# "80;86;89;90a;90-virtual". CI and local builds narrow it, e.g. KP_CUDA_ARCHS=90a (one arch, no PTX).
+include_guard(GLOBAL)
+
+set(KP_SHARED_CUDA_DIR "${CMAKE_CURRENT_LIST_DIR}/.." CACHE INTERNAL "shared_cuda root")
+set(KP_CUDA_ARCHS_DEFAULT "80;86;89;90a;90-virtual")
+
+function(kp_add_extension target)
+  cmake_parse_arguments(ARG "" "INSTALL_DIR" "SOURCES" ${ARGN})
+  if(NOT ARG_SOURCES OR NOT ARG_INSTALL_DIR)
+    message(FATAL_ERROR "kp_add_extension(${target}) needs SOURCES and INSTALL_DIR")
+  endif()
+
+  find_package(Python REQUIRED COMPONENTS Interpreter Development.Module)
+  find_package(pybind11 CONFIG REQUIRED)  # scikit-build-core / pip's pybind11 provide the config
+
+  # --- architectures ------------------------------------------------------------------------------
+  if(DEFINED ENV{KP_CUDA_ARCHS} AND NOT "$ENV{KP_CUDA_ARCHS}" STREQUAL "")
+    set(archs "$ENV{KP_CUDA_ARCHS}")
+  elseif(KP_CUDA_ARCHS)
+    set(archs "${KP_CUDA_ARCHS}")
+  else()
+    set(archs "${KP_CUDA_ARCHS_DEFAULT}")
+  endif()
+  string(REPLACE "," ";" archs "${archs}")
+  set(cmake_archs "")   # CUDA_ARCHITECTURES values: "90a-real" -> -gencode=arch=compute_90a,code=sm_90a
+  set(sass "")          # numbers for compiled_archs(): 90a -> 90
+  set(ptx "")
+  foreach(a IN LISTS archs)
+    string(STRIP "${a}" a)
+    if(a STREQUAL "")
+      continue()
+    elseif(a MATCHES "^([0-9]+[af]?)-virtual$")
+      list(APPEND cmake_archs "${CMAKE_MATCH_1}-virtual")
+      string(REGEX REPLACE "[af]$" "" n "${CMAKE_MATCH_1}")
+      list(APPEND ptx "${n}")
+    elseif(a MATCHES "^([0-9]+[af]?)(-real)?$")
+      list(APPEND cmake_archs "${CMAKE_MATCH_1}-real")
+      string(REGEX REPLACE "[af]$" "" n "${CMAKE_MATCH_1}")
+      list(APPEND sass "${n}")
+    else()
+      message(FATAL_ERROR "KP_CUDA_ARCHS: cannot read '${a}' (want e.g. 80, 90a, 90-virtual)")
+    endif()
+  endforeach()
+  list(REMOVE_DUPLICATES sass)
+  list(REMOVE_DUPLICATES ptx)
+  string(REPLACE ";" "," sass_csv "${sass}")
+  string(REPLACE ";" "," ptx_csv "${ptx}")
+  message(STATUS "kp: ${target} for CUDA archs ${cmake_archs}")
+
+  # --- the module -----------------------------------------------------------------------------------
+  # NO_EXTRAS: no -flto (nvcc objects don't take part) and no strip (keep -lineinfo symbols for ncu).
+  pybind11_add_module(${target} MODULE NO_EXTRAS ${ARG_SOURCES})
+  set_target_properties(${target} PROPERTIES
+    CUDA_ARCHITECTURES "${cmake_archs}"
+    CUDA_RUNTIME_LIBRARY Static          # no libcudart.so at run time: only the driver is needed
+    CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
+    CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
+    CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+  target_include_directories(${target} PRIVATE "${KP_SHARED_CUDA_DIR}/include")
+  target_compile_definitions(${target} PRIVATE KP_SASS_ARCHS=${sass_csv} KP_PTX_ARCHS=${ptx_csv})
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:-O3 -lineinfo --expt-relaxed-constexpr -Xcompiler=-fvisibility=hidden>
+    $<$<COMPILE_LANGUAGE:CXX>:-O3>)
+  install(TARGETS ${target} LIBRARY DESTINATION "${ARG_INSTALL_DIR}")
+endfunction()

@@ -1,0 +1,155 @@
+// Host launch helpers: device guard, per-device caches of the properties and occupancy numbers a
+// launch decision needs (queried once, so a call costs no driver round trips after the first), and
+// cudaLaunchKernelEx with an optional thread-block cluster.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <utility>
+
+#include "kp/error.cuh"
+
+namespace kp {
+
+// Make `device` current for this scope; restore the caller's device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : dev_(device) {
+    KP_CHECK_CUDA(cudaGetDevice(&prev_));
+    if (prev_ != dev_) KP_CHECK_CUDA(cudaSetDevice(dev_));
+  }
+  ~DeviceGuard() {
+    if (prev_ != dev_) (void)cudaSetDevice(prev_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int dev_, prev_ = -1;
+};
+
+struct DeviceInfo {
+  int sms = 0, major = 0, minor = 0;
+  int smem_optin = 0;  // max dynamic smem per block after opting in (227 KiB on sm90)
+};
+
+// Properties of `device`, read once per process.
+inline const DeviceInfo& device_info(int device) {
+  constexpr int kMax = 64;
+  static DeviceInfo info[kMax];
+  static std::atomic<bool> ready[kMax];
+  static std::mutex mu;
+  if (device < 0 || device >= kMax) throw_arg("device index out of range: " + std::to_string(device));
+  if (!ready[device].load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!ready[device].load(std::memory_order_relaxed)) {
+      DeviceInfo d;
+      KP_CHECK_CUDA(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device));
+      KP_CHECK_CUDA(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device));
+      KP_CHECK_CUDA(cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, device));
+      KP_CHECK_CUDA(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+      info[device] = d;
+      ready[device].store(true, std::memory_order_release);
+    }
+  }
+  return info[device];
+}
+
+namespace detail {
+using FuncKey = std::tuple<const void*, int, int, size_t, int>;  // func, device, threads, smem, cluster
+inline std::mutex& cache_mu() { static std::mutex m; return m; }
+inline std::map<FuncKey, int>& cache() { static std::map<FuncKey, int> c; return c; }
+
+// Opt the kernel into what the launch needs, once per (kernel, device): >48 KiB dynamic smem, and
+// clusters above the portable 8 CTAs (sm90 allows 16 with cudaFuncAttributeNonPortableClusterSizeAllowed).
+inline void prepare(const void* func, int device, size_t smem, int cluster) {
+  const FuncKey key{func, device, -1, smem, cluster};
+  if (cache().count(key)) return;
+  if (smem > 48 * 1024)
+    KP_CHECK_CUDA(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if (cluster > 8) KP_CHECK_CUDA(cudaFuncSetAttribute(func, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  cache()[key] = 1;
+}
+}  // namespace detail
+
+// Resident blocks per SM of `func` at this block size (0 if it cannot launch). Device must be current.
+inline int blocks_per_sm(const void* func, int device, int threads, size_t smem) {
+  std::lock_guard<std::mutex> lock(detail::cache_mu());
+  const detail::FuncKey key{func, device, threads, smem, 1};
+  auto it = detail::cache().find(key);
+  if (it != detail::cache().end()) return it->second;
+  detail::prepare(func, device, smem, 1);
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, func, threads, smem) != cudaSuccess) {
+    (void)cudaGetLastError();
+    n = 0;
+  }
+  detail::cache()[key] = n;
+  return n;
+}
+
+// Clusters of `cluster` CTAs that can be resident at once on the device (0: cannot launch, e.g. a
+// 16-CTA cluster whose CTAs don't fit one GPC). Device must be current.
+inline int max_active_clusters(const void* func, int device, int threads, size_t smem, int cluster) {
+  std::lock_guard<std::mutex> lock(detail::cache_mu());
+  const detail::FuncKey key{func, device, threads, smem, cluster};
+  auto it = detail::cache().find(key);
+  if (it != detail::cache().end()) return it->second;
+  int n = 0;
+  if (device_info(device).major >= 9) {
+    detail::prepare(func, device, smem, cluster);
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3(cluster);
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&n, func, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = 0;
+    }
+  }
+  detail::cache()[key] = n;
+  return n;
+}
+
+// Launch `kernel` on `stream`, as clusters of `cluster` CTAs along x when cluster > 1, and check it.
+template <typename... KArgs, typename... Args>
+inline void launch(void (*kernel)(KArgs...), int device, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   int cluster, Args&&... args) {
+  if (smem > 48 * 1024 || cluster > 8) {  // only these need a one-time attribute; skip the lock otherwise
+    std::lock_guard<std::mutex> lock(detail::cache_mu());
+    detail::prepare(reinterpret_cast<const void*>(kernel), device, smem, cluster);
+  }
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  if (cluster > 1) {
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  }
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear it, so a later check does not report this launch again
+    throw_cuda(e, "cudaLaunchKernelEx", __FILE__, __LINE__);
+  }
+  KP_CHECK_LAUNCH();
+}
+
+}  // namespace kp

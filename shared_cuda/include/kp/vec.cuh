@@ -1,0 +1,53 @@
+// 16-byte global loads/stores with cache hints, and fp32 views of them.
+// One 16-byte access per thread per instruction is what lets a warp move 512 B per request; the
+// hints keep read-once streams from evicting what is reused (weights in L1, re-read rows in L2).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kp/dtype.cuh"
+
+namespace kp {
+
+// Cache policy of a load:
+//   Stream: read once (ld.global.cs, evict-first in L1 and L2).
+//   L2:     read again soon by this kernel (ld.global.cg: skip L1, keep in L2).
+//   RO:     small read-only data every CTA re-reads, e.g. weights (ld.global.nc, cached in L1).
+enum class Ld { Stream, L2, RO };
+
+template <Ld H> __device__ __forceinline__ uint4 ld16(const void* p) {
+  const uint4* q = reinterpret_cast<const uint4*>(p);
+  if constexpr (H == Ld::Stream) return __ldcs(q);
+  else if constexpr (H == Ld::L2) return __ldcg(q);
+  else return __ldg(q);
+}
+__device__ __forceinline__ void st16(void* p, const uint4& v) { *reinterpret_cast<uint4*>(p) = v; }
+
+template <typename S, Ld H> __device__ __forceinline__ S ld1(const S* p) {
+  if constexpr (H == Ld::Stream) return __ldcs(p);
+  else if constexpr (H == Ld::L2) return __ldcg(p);
+  else return __ldg(p);
+}
+
+// N consecutive elements of S at p (16-byte aligned, N * sizeof(S) a multiple of 16) -> N floats.
+template <typename S, int N, Ld H> __device__ __forceinline__ void ld_chunk(const S* p, float* v) {
+  constexpr int P = Packet<S>::N;
+  static_assert(N % P == 0, "chunk must be whole 16-byte packets");
+#pragma unroll
+  for (int j = 0; j < N / P; ++j) unpack<S>(ld16<H>(p + j * P), v + j * P);
+}
+template <typename S, int N> __device__ __forceinline__ void st_chunk(S* p, const float* v) {
+  constexpr int P = Packet<S>::N;
+  static_assert(N % P == 0, "chunk must be whole 16-byte packets");
+#pragma unroll
+  for (int j = 0; j < N / P; ++j) st16(p + j * P, pack<S>(v + j * P));
+}
+
+// Host: can a tensor take the 16-byte path? Its base and every row start must be 16-byte aligned.
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+inline bool rows_aligned16(const void* p, int64_t stride_elems, int elem_size) {
+  return p == nullptr || (aligned16(p) && (stride_elems * elem_size) % 16 == 0);
+}
+
+}  // namespace kp
