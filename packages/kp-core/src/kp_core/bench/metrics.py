@@ -12,10 +12,11 @@ CEILING_METRIC = {"copy": "gbps", "gemm": "tflops"}
 
 
 def annotate(rows: list[dict[str, Any]], ceilings: dict[str, dict]) -> list[dict[str, Any]]:
-    """Fill gbps, tflops, pct_of_ceiling and speedup into each row (in place; also returned)."""
+    """Fill gbps, tflops, pct_of_ceiling, speedup and host_speedup (by baseline name) into each
+    row, in place; also returned."""
     for row in rows:
         row["gbps"] = row["tflops"] = row["pct_of_ceiling"] = None
-        row["speedup"] = {}
+        row["speedup"], row["host_speedup"] = {}, {}
         ms = row.get("ms")
         if row["status"] != "ok" or not ms:
             continue
@@ -28,11 +29,14 @@ def annotate(rows: list[dict[str, Any]], ceilings: dict[str, dict]) -> list[dict
         if metric and row[metric] is not None and ceiling.get("value"):
             row["pct_of_ceiling"] = 100.0 * row[metric] / ceiling["value"]
     for group in _by_case(rows).values():
-        baselines = {r["impl"]: r["ms"] for r in group if not r["kp"] and r["status"] == "ok"}
+        base = [r for r in group if not r["kp"] and r["status"] == "ok"]
         for r in group:
             if r["kp"] and r["status"] == "ok":
                 # > 1 means kp is faster than that baseline.
-                r["speedup"] = {name: ms / r["ms"] for name, ms in baselines.items()}
+                r["speedup"] = {b["impl"]: b["ms"] / r["ms"] for b in base}
+                if r.get("host_ms"):
+                    r["host_speedup"] = {b["impl"]: b["host_ms"] / r["host_ms"] for b in base
+                                         if b.get("host_ms")}
     return rows
 
 

@@ -15,6 +15,7 @@ def plot_op(result: dict[str, Any], op: str, path: Path) -> Path | None:
         return None
     try:
         from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
+        from matplotlib.ticker import FuncFormatter
     except ImportError:
         return None
     key = metrics.sweep_key(rows)
@@ -52,7 +53,12 @@ def plot_op(result: dict[str, Any], op: str, path: Path) -> Path | None:
         ax.set_ylim(bottom=0, top=max(110, *(r["pct_of_ceiling"] + 5 for r in rows)))
     else:
         ax.set_ylabel("time per call (µs)")
-        ax.set_yscale("log")
+        times = [r["ms"] for r in rows] + [r["host_ms"] for r in rows if r["host_ms"]]
+        if max(times) / min(times) > 20:  # log only where linear would squash the small ones
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        else:
+            ax.set_ylim(bottom=0, top=1.1 * max(times) * 1e3)
     if numeric and len(values) > 1 and max(values) / min(values) >= 8:
         ax.set_xscale("log", base=2)
     ax.set_xticks([pos[v] for v in values], [_tick(v) for v in values])

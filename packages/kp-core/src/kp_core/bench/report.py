@@ -18,7 +18,7 @@ def write(result: dict[str, Any], out_dir: str | Path, *, plot: bool = True) -> 
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics.annotate(result["rows"], result["ceilings"])
     json_path = out_dir / f"{result['suite']}.json"
-    json_path.write_text(json.dumps(result, indent=1) + "\n")
+    json_path.write_text(json.dumps(result, indent=1, default=str) + "\n")
     return [json_path, *render(result, out_dir, plot=plot)]
 
 
@@ -94,7 +94,8 @@ def _header(result: dict[str, Any]) -> list[str]:
               "throughput as a share of the ceiling measured in this run. `vs X` is the speedup "
               "of a kp implementation over baseline X (X's time / kp's time; above 1, kp is "
               "faster). `host` is the wall time per call over many back-to-back calls with one "
-              "sync at the end: what a launch-bound call costs a model loop."]
+              "sync at the end: what a launch-bound call costs a model loop; `vs X (host)` "
+              "compares those."]
     return lines
 
 
@@ -118,6 +119,8 @@ def _table(rows: list[dict[str, Any]], ceilings: dict) -> list[str]:
     cols += [name for flag, name in (("host", "host (µs/call)"), ("gbps", "GB/s"),
                                      ("tflops", "TFLOP/s"), ("pct", f"% {ceiling}")) if show[flag]]
     cols += [f"vs {b}" for b in baselines]
+    if show["host"]:
+        cols += [f"vs {b} (host)" for b in baselines]
     if ok:
         out += ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
     for r in ok:
@@ -131,6 +134,9 @@ def _table(rows: list[dict[str, Any]], ceilings: dict) -> list[str]:
         if show["pct"]:
             cells.append(_pct(r["pct_of_ceiling"]))
         cells += [f"{r['speedup'][b]:.2f}×" if b in r["speedup"] else "" for b in baselines]
+        if show["host"]:
+            cells += [f"{r['host_speedup'][b]:.2f}×" if b in r["host_speedup"] else ""
+                      for b in baselines]
         out.append("| " + " | ".join(cells) + " |")
     out += _skipped(rows, keys)
     return out

@@ -54,6 +54,7 @@ def _run_case(case: Case, device: Any, ceilings: dict, warmup: float, rep: float
                                       warmup, rep), status="ok")
             except Exception as e:  # unavailable backend, missing package, OOM, ...
                 row["reason"] = _reason(e)
+            if row["status"] != "ok":  # outside `except`: its traceback holds the inputs' memory
                 _release(device)
         metrics.annotate([row], ceilings)
         rows.append(row)
@@ -62,9 +63,10 @@ def _run_case(case: Case, device: Any, ceilings: dict, warmup: float, rep: float
     del sets
     _release(device)
     for row in metrics.annotate(rows, ceilings):
-        if row["speedup"]:
-            bar.log(f"    {row['impl']} speedup: " + ", ".join(
-                f"{v:.2f}x {k}" for k, v in row["speedup"].items()))
+        for what, ratios in (("speedup", row["speedup"]), ("host speedup", row["host_speedup"])):
+            if ratios:
+                bar.log(f"    {row['impl']} {what}: " + ", ".join(
+                    f"{v:.2f}x {k}" for k, v in ratios.items()))
     return rows
 
 

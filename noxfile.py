@@ -1,0 +1,73 @@
+"""kp's build, test and benchmark sessions.
+
+  nox -s build          wheels of every package into dist/
+  nox -s test-3.11      install the packages into a fresh venv and run their tests (3.10-3.13)
+  nox -s bench          every package's benchmarks (on a CPU machine: a small CPU run, exit 0)
+
+The matrix: `KP_TORCH` lists the torch versions to test ("2.13.0" by default; e.g.
+"2.11.0+cu130,2.13.0"), `KP_TORCH_INDEX` an extra index to take them from. `KP_CUDA_ARCHS`
+narrows the archs the native code is compiled for ("90a" for a quick build). One session name
+selects a whole row: `nox -s test-3.11` runs every torch version of the matrix on Python 3.11.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PACKAGES = ["kp-core", "kp-norm"]  # kp-core first: every kernel package depends on it
+PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+TORCH = os.environ.get("KP_TORCH", "2.13.0").split(",")
+
+nox.options.sessions = ["test-3.11"]
+nox.options.reuse_existing_virtualenvs = True
+
+
+def _install_torch(session: nox.Session, torch_version: str) -> None:
+    args = [f"torch=={torch_version}"]
+    if os.environ.get("KP_TORCH_INDEX"):
+        args += ["--extra-index-url", os.environ["KP_TORCH_INDEX"]]
+    session.install(*args)
+
+
+def _install_kp(session: nox.Session) -> None:
+    """Build and install every package from source, the way a user's `pip install` would."""
+    session.install("scikit-build-core>=0.10", "pybind11>=2.12", "cmake>=3.26", "ninja")
+    # No build isolation: the packages build against the tools just installed, offline-friendly.
+    session.install("--no-build-isolation", "--no-deps", *[str(ROOT / "packages" / p) for p in PACKAGES])
+
+
+@nox.session(python=PYTHONS)
+@nox.parametrize("torch_version", TORCH, ids=TORCH)
+def test(session: nox.Session, torch_version: str) -> None:
+    """Install and test every package. CPU: reference, Triton interpreter, API; GPU: all levels."""
+    _install_torch(session, torch_version)
+    session.install("pytest>=8", "pytest-xdist", "numpy")
+    if not session.posargs or "--no-triton" not in session.posargs:
+        session.install("triton")
+    _install_kp(session)
+    session.run("python", "-m", "kp_core")
+    args = [a for a in session.posargs if a != "--no-triton"]
+    tests = [str(ROOT / "packages" / p / "tests") for p in PACKAGES]
+    session.run("python", "-m", "pytest", "-q", "-n", os.environ.get("KP_TEST_WORKERS", "2"), *tests, *args)
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Wheels of every package into dist/ (and sdists with `-- --sdist`)."""
+    session.install("build", "scikit-build-core>=0.10", "pybind11>=2.12", "cmake>=3.26", "ninja")
+    kinds = ["--sdist", "--wheel"] if "--sdist" in session.posargs else ["--wheel"]
+    for pkg in PACKAGES:
+        session.run("python", "-m", "build", "--no-isolation", *kinds, "-o", str(ROOT / "dist"), str(ROOT / "packages" / pkg))
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Every package's benchmarks; results land in docs/benchmarks/<gpu>/."""
+    _install_torch(session, TORCH[0])
+    session.install("triton", "rich", "matplotlib", "numpy")
+    _install_kp(session)
+    for script in sorted(ROOT.glob("packages/*/bench/bench_*.py")):
+        session.run("python", str(script), *session.posargs)

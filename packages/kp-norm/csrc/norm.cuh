@@ -1,0 +1,171 @@
+// kp-norm native side: the host API bindings.cpp calls, the launch configuration, and the
+// per-thread row layout the forward and backward kernels share. See NOTES.md for the design.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace kp_norm {
+
+// ---- host API (argument order and meaning: docs/architecture.md, "kp-norm _C") -----------------
+struct FwdArgs {
+  const void* x; int64_t x_stride;
+  const void* res; int64_t res_stride;
+  const void* w; const void* b;
+  void* y; int64_t y_stride;
+  void* res_out; int64_t res_out_stride;
+  float* mean; float* rstd;
+  int64_t rows, cols;
+  int act_dtype, weight_dtype, res_dtype;
+  float eps, weight_offset;
+  bool is_rms;
+};
+
+struct BwdArgs {
+  const void* dy; int64_t dy_stride;
+  const void* x; int64_t x_stride;
+  const void* dres; int64_t dres_stride;
+  const void* w; const float* mean; const float* rstd;
+  void* dx; int64_t dx_stride;
+  float* dw_partial; float* db_partial; int64_t num_partials;
+  int64_t rows, cols;
+  int act_dtype, x_dtype, weight_dtype;
+  float weight_offset;
+  bool is_rms;
+};
+
+void norm_fwd(const FwdArgs& a, int device, cudaStream_t stream);
+int64_t norm_bwd_partials(int64_t rows, int64_t cols, int act_dtype, int x_dtype, int device);
+void norm_bwd(const BwdArgs& a, int device, cudaStream_t stream);
+void col_sum(const float* partial, int64_t num_partials, int64_t cols, void* out, int out_dtype, int device,
+             cudaStream_t stream);
+const void* probe_kernel();  // a real kernel for check_device()
+
+// ---- launch configuration -------------------------------------------------------------------------
+// A "team" normalizes one row at a time: `tpr` threads per CTA slice, each holding `e` elements in
+// registers, over `csize` CTAs (a thread-block cluster on sm90) when one CTA's registers can't hold
+// the row. tpr <= 32: several teams (warps or aligned sub-warps) share a CTA and reduce with
+// shuffles only; tpr > 32: the CTA is the team (block reduction).
+constexpr int kMaxThreads = 512;   // launch bound of the row kernels: up to 128 registers a thread
+constexpr int kWarpTeamCTA = 256;  // CTA size when rows share a CTA
+constexpr int kMaxCluster = 16;    // sm90 limit with cudaFuncAttributeNonPortableClusterSizeAllowed
+constexpr int kMultiThreads = 512; // CTA size of the multi-pass fallbacks
+
+struct Team {
+  int e = 0, tpr = 0, csize = 1, threads = 0;
+  bool multipass = false;  // too wide for registers (or no clusters here): stream the row twice
+  int tpc() const { return tpr <= 32 ? threads / tpr : 1; }  // teams per CTA
+  int cpc() const { return tpr * e; }                         // columns per CTA slice
+};
+
+// Kernel parameters (by value, __grid_constant__-style: one struct in the constant bank).
+struct FwdParams {
+  const void* x; const void* res; const void* w; const void* b;
+  void* y; void* res_out; float* mean; float* rstd;
+  int64_t x_stride, res_stride, y_stride, res_out_stride, rows;
+  int cols, tpr, csize;
+  float eps, w_off;
+  bool is_rms, w_f32, res_f32, has_w, has_b, has_res, has_res_out;
+};
+
+struct BwdParams {
+  const void* dy; const void* x; const void* dres; const void* w; const float* mean; const float* rstd;
+  void* dx; float* dw; float* db;
+  int64_t dy_stride, x_stride, dres_stride, dx_stride, rows;
+  int cols, tpr, csize;
+  float w_off;
+  bool is_rms, w_f32, has_w;
+};
+
+}  // namespace kp_norm
+
+#ifdef __CUDACC__
+#include "kp/dtype.cuh"
+#include "kp/reduce.cuh"
+#include "kp/vec.cuh"
+
+namespace kp_norm {
+
+// Where a thread's E elements sit in its CTA's column slice [base, base + tpr * E). They come in
+// NV chunks of VEC = 16 bytes of the activation dtype T:
+//   vector: chunk i of lane l is columns (i*tpr + l)*VEC .. +VEC-1: one 16-byte access, and the
+//           team's accesses to chunk i are contiguous (coalesced).
+//   scalar: element k of chunk i is column (i*VEC + k)*tpr + l: each scalar access is coalesced.
+// The same mapping serves every tensor of a row (x, res, y, w, b, dy, dx ...), so a thread only
+// ever touches its own columns. Vector path precondition (host): cols % VEC == 0 and every pointer
+// and row stride 16-byte aligned, so a chunk is either wholly in the row or wholly out.
+template <typename T, int E, bool VECTOR>
+struct Lay {
+  static constexpr int VEC = 16 / sizeof(T);
+  static constexpr int NV = E / VEC;
+  static_assert(E % VEC == 0, "E must be whole 16-byte chunks of T");
+  int base, lane, tpr, cols;
+
+  __device__ __forceinline__ int col(int i, int k) const {
+    return VECTOR ? base + (i * tpr + lane) * VEC + k : base + (i * VEC + k) * tpr + lane;
+  }
+  __device__ __forceinline__ bool ok(int i, int k) const { return col(i, VECTOR ? 0 : k) < cols; }
+
+  // Chunk i of a row of S (S is T or float) -> VEC floats; 0 outside the row or when !active.
+  template <typename S, kp::Ld H>
+  __device__ __forceinline__ void load(const S* row, int i, float* v, bool active) const {
+    if constexpr (VECTOR) {
+      const int c = col(i, 0);
+      if (active && c < cols) {
+        kp::ld_chunk<S, VEC, H>(row + c, v);
+      } else {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) v[k] = 0.f;
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const int c = col(i, k);
+        v[k] = (active && c < cols) ? kp::to_f(kp::ld1<S, H>(row + c)) : 0.f;
+      }
+    }
+  }
+  template <typename S>
+  __device__ __forceinline__ void store(S* row, int i, const float* v, bool active) const {
+    if constexpr (VECTOR) {
+      const int c = col(i, 0);
+      if (active && c < cols) kp::st_chunk<S, VEC>(row + c, v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const int c = col(i, k);
+        if (active && c < cols) row[c] = kp::from_f<S>(v[k]);
+      }
+    }
+  }
+  // Load chunk i of a row whose dtype is T or float, chosen at run time (uniform branch).
+  template <kp::Ld H>
+  __device__ __forceinline__ void load_tf(const void* row, bool is_f32, int i, float* v, bool active) const {
+    if (is_f32) load<float, H>(static_cast<const float*>(row), i, v, active);
+    else load<T, H>(static_cast<const T*>(row), i, v, active);
+  }
+  __device__ __forceinline__ void store_tf(void* row, bool is_f32, int i, const float* v, bool active) const {
+    if (is_f32) store<float>(static_cast<float*>(row), i, v, active);
+    else store<T>(static_cast<T*>(row), i, v, active);
+  }
+};
+
+// Sum over the team: shuffles for warp/sub-warp teams, one smem round for a CTA team.
+template <int N>
+__device__ __forceinline__ void team_sum(float (&v)[N], int tpr, float* buf) {
+  if (tpr <= 32) kp::warp_sum(v, tpr);
+  else kp::block_sum(v, buf);
+}
+
+// Row pointer arithmetic in 64 bits (tensors exceed 2^31 elements).
+template <typename S>
+__device__ __forceinline__ const S* row_ptr(const void* base, int64_t row, int64_t stride) {
+  return static_cast<const S*>(base) + row * stride;
+}
+template <typename S>
+__device__ __forceinline__ S* row_ptr(void* base, int64_t row, int64_t stride) {
+  return static_cast<S*>(base) + row * stride;
+}
+
+}  // namespace kp_norm
+#endif  // __CUDACC__

@@ -1,0 +1,33 @@
+"""Run every CUDA kernel path of kp-norm once, small, for compute-sanitizer (tools/gpu_check.sh).
+
+Shapes cover the warp-per-row, block-per-row, cluster and multi-pass paths, the scalar (unaligned)
+path, residuals and both norms; each call is checked so a sanitizer run also fails on wrong results.
+"""
+import torch
+import torch.nn.functional as F
+
+import kp_norm
+
+SHAPES = [(3, 7), (5, 1024), (2, 4099), (3, 16384), (2, 65536), (1, 262144)]
+
+
+def main() -> None:
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for rows, cols in SHAPES:
+        for dtype in (torch.bfloat16, torch.float32):
+            x = torch.randn(rows, cols, device="cuda", dtype=dtype, generator=g).requires_grad_(True)
+            r = torch.randn(rows, cols, device="cuda", dtype=dtype, generator=g).requires_grad_(True)
+            w = torch.randn(cols, device="cuda", dtype=dtype, generator=g).requires_grad_(True)
+            b = torch.randn(cols, device="cuda", dtype=dtype, generator=g).requires_grad_(True)
+            y = kp_norm.rms_norm(x, w, backend="cuda")
+            want = F.rms_norm(x.double(), (cols,), w.double(), torch.finfo(dtype).eps)
+            assert (y.double() - want).norm() <= 2e-2 * want.norm(), (rows, cols, dtype)
+            y.sum().backward()
+            y, h = kp_norm.fused_add_layer_norm(x, r, w, b, backend="cuda")
+            (y.float().sum() + h.float().sum()).backward()
+    torch.cuda.synchronize()
+    print("sanitize_norm: all paths ran")
+
+
+if __name__ == "__main__":
+    main()

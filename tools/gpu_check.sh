@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Build, test, sanitize and benchmark every kp package on a GPU machine with no network, using the
+# torch, triton, cmake, pybind11 and scikit-build-core already installed there.
+#
+#   tools/gpu_check.sh [build] [test] [large] [sanitize] [bench] [all]     (default: all)
+#
+# Environment: KP_CUDA_ARCHS (default: this GPU's arch only, for a quick build; "80;86;89;90a"
+# for the release set), KP_OUT (logs and results; default ./.gpu-check), KP_BENCH_ARGS (passed to
+# every bench script, e.g. "--quick"), KP_WHEELS (a folder of extra wheels to install first, e.g.
+# liger-kernel for the competitor columns).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${KP_OUT:-$ROOT/.gpu-check}
+PY=${PYTHON:-python3}
+PACKAGES=(kp-core kp-norm)
+steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(all)
+want() { for s in "${steps[@]}"; do [ "$s" = "$1" ] || [ "$s" = all ] && return 0; done; return 1; }
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+
+if [ -z "${KP_CUDA_ARCHS:-}" ]; then
+  cc=$($PY -c 'import torch; p = torch.cuda.get_device_capability(); print(f"{p[0]}{p[1]}")')
+  [ "$cc" = 90 ] && cc=90a   # Hopper-only instructions (clusters, wgmma) need the arch-specific target
+  export KP_CUDA_ARCHS=$cc
+fi
+
+if [ -n "${KP_WHEELS:-}" ] && ls "$KP_WHEELS"/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile "$KP_WHEELS"/*.whl
+fi
+
+if want build; then
+  echo "== build (KP_CUDA_ARCHS=$KP_CUDA_ARCHS)"
+  start=$(date +%s)
+  for p in "${PACKAGES[@]}"; do
+    $PY -m pip install -q --no-index --no-deps --no-build-isolation --force-reinstall "$ROOT/packages/$p" \
+      2>&1 | tee "$OUT/build-$p.log" | grep -v "Running pip as the 'root'" || true
+  done
+  echo "build took $(( $(date +%s) - start )) s"
+  $PY -m kp_core | tee "$OUT/env.txt"
+fi
+
+tests=(); for p in "${PACKAGES[@]}"; do tests+=("$ROOT/packages/$p/tests"); done
+if want test; then
+  echo "== tests"
+  (cd /tmp && $PY -m pytest -q -x -p no:cacheprovider "${tests[@]}" 2>&1 | tee "$OUT/test.log" | tail -n 25)
+fi
+if want large; then
+  echo "== large tests (> 2^31 elements)"
+  (cd /tmp && $PY -m pytest -q -p no:cacheprovider --run-large -m large "${tests[@]}" 2>&1 | tee "$OUT/test-large.log" | tail -n 15)
+fi
+if want sanitize; then
+  echo "== compute-sanitizer (memcheck, racecheck) on the CUDA kernels"
+  export PYTORCH_NO_CUDA_MEMORY_CACHING=1   # one cudaMalloc per tensor: out-of-bounds is visible
+  for tool in memcheck racecheck; do
+    for p in "${PACKAGES[@]}"; do
+      script="$ROOT/packages/$p/tests/sanitize_${p#kp-}.py"
+      [ -f "$script" ] || continue
+      compute-sanitizer --tool "$tool" --error-exitcode 1 --target-processes all $PY "$script" \
+        > "$OUT/sanitize-$tool-$p.log" 2>&1 && echo "$tool $p: clean" || { echo "$tool $p: ERRORS"; tail -n 30 "$OUT/sanitize-$tool-$p.log"; }
+    done
+  done
+  unset PYTORCH_NO_CUDA_MEMORY_CACHING
+fi
+if want bench; then
+  echo "== benchmarks"
+  for script in "$ROOT"/packages/*/bench/bench_*.py; do
+    $PY "$script" ${KP_BENCH_ARGS:-} 2>&1 | tee "$OUT/$(basename "$script" .py).log" | tail -n 60
+  done
+fi
