@@ -41,7 +41,8 @@ def _copy(device: Any, gpu: bool, timer: Callable[..., float]) -> dict:
     dst = torch.empty_like(src)
     ms = timer(lambda: dst.copy_(src), device=device)
     return {"value": 2 * nbytes / ms / 1e6, "unit": "GB/s", "ms": ms,
-            "what": f"device-to-device copy of {_size(nbytes)}, read + write counted"}
+            "what": f"{'device-to-device' if gpu else 'host memory'} copy of {_size(nbytes)}, "
+                    "read + write counted"}
 
 
 def _gemm(device: Any, gpu: bool, timer: Callable[..., float]) -> dict:

@@ -45,7 +45,7 @@ def main(cases: CasesFn, *, suite: str, argv: list[str] | None = None) -> int:
           "measuring the ceilings", flush=True)
     ceilings = measure(device, timer=functools.partial(do_bench, warmup=warmup, rep=rep))
     for name, c in ceilings.items():
-        print(f"  ceiling {name}: " + (f"{c['value']:,.1f} {c['unit']} ({c['what']})"
+        print(f"  ceiling {name}: " + (f"{c['value']:,.4g} {c['unit']} ({c['what']})"
                                        if "value" in c else f"not measured ({c['error']})"))
     rows = run(selected, device=device, ceilings=ceilings, warmup=warmup, rep=rep)
 
