@@ -42,7 +42,7 @@ fi
 tests=(); for p in "${PACKAGES[@]}"; do tests+=("$ROOT/packages/$p/tests"); done
 if want test; then
   echo "== tests"
-  (cd /tmp && $PY -m pytest -q -x -p no:cacheprovider "${tests[@]}" 2>&1 | tee "$OUT/test.log" | tail -n 25)
+  (cd /tmp && $PY -m pytest -q --maxfail=50 -n ${KP_TEST_WORKERS:-8} -p no:cacheprovider "${tests[@]}" 2>&1 | tee "$OUT/test.log" | tail -n 25)
 fi
 if want large; then
   echo "== large tests (> 2^31 elements)"

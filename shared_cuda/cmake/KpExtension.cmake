@@ -10,7 +10,8 @@
 # "80;86;89;90a;90-virtual". CI and local builds narrow it, e.g. KP_CUDA_ARCHS=90a (one arch, no PTX).
 include_guard(GLOBAL)
 
-set(KP_SHARED_CUDA_DIR "${CMAKE_CURRENT_LIST_DIR}/.." CACHE INTERNAL "shared_cuda root")
+get_filename_component(KP_SHARED_CUDA_DIR "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+set(KP_SHARED_CUDA_DIR "${KP_SHARED_CUDA_DIR}" CACHE INTERNAL "shared_cuda root")
 set(KP_CUDA_ARCHS_DEFAULT "80;86;89;90a;90-virtual")
 
 function(kp_add_extension target)
@@ -21,6 +22,7 @@ function(kp_add_extension target)
 
   find_package(Python REQUIRED COMPONENTS Interpreter Development.Module)
   find_package(pybind11 CONFIG REQUIRED)  # scikit-build-core / pip's pybind11 provide the config
+  find_package(CUDAToolkit REQUIRED)      # headers for the C++ (bindings) sources
 
   # --- architectures ------------------------------------------------------------------------------
   if(DEFINED ENV{KP_CUDA_ARCHS} AND NOT "$ENV{KP_CUDA_ARCHS}" STREQUAL "")
@@ -65,10 +67,16 @@ function(kp_add_extension target)
     CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
     CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
     CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
-  target_include_directories(${target} PRIVATE "${KP_SHARED_CUDA_DIR}/include")
-  target_compile_definitions(${target} PRIVATE KP_SASS_ARCHS=${sass_csv} KP_PTX_ARCHS=${ptx_csv})
+  target_include_directories(${target} PRIVATE "${KP_SHARED_CUDA_DIR}/include" ${CUDAToolkit_INCLUDE_DIRS})
+  # Comma lists of numbers for kp/py_module.h (left undefined when empty: the header reads that as []).
+  if(sass_csv)
+    target_compile_definitions(${target} PRIVATE KP_SASS_ARCHS=${sass_csv})
+  endif()
+  if(ptx_csv)
+    target_compile_definitions(${target} PRIVATE KP_PTX_ARCHS=${ptx_csv})
+  endif()
   target_compile_options(${target} PRIVATE
-    $<$<COMPILE_LANGUAGE:CUDA>:-O3 -lineinfo --expt-relaxed-constexpr -Xcompiler=-fvisibility=hidden>
+    $<$<COMPILE_LANGUAGE:CUDA>:-O3 -lineinfo --expt-relaxed-constexpr>
     $<$<COMPILE_LANGUAGE:CXX>:-O3>)
   install(TARGETS ${target} LIBRARY DESTINATION "${ARG_INSTALL_DIR}")
 endfunction()

@@ -50,9 +50,10 @@ constexpr int kMaxThreads = 512;   // launch bound of the row kernels: up to 128
 constexpr int kWarpTeamCTA = 256;  // CTA size when rows share a CTA
 constexpr int kMaxCluster = 16;    // sm90 limit with cudaFuncAttributeNonPortableClusterSizeAllowed
 constexpr int kMultiThreads = 512; // CTA size of the multi-pass fallbacks
+constexpr int kStaticSmemSlack = 1024;  // static smem of the kernels, kept out of the dynamic budget
 
 struct Team {
-  int e = 0, tpr = 0, csize = 1, threads = 0;
+  int e = 0, tpr = 0, csize = 1, threads = 0, stages = 0, nv = 0;  // stages: cp.async ring depth; nv: chunks a thread
   bool multipass = false;  // too wide for registers (or no clusters here): stream the row twice
   int tpc() const { return tpr <= 32 ? threads / tpr : 1; }  // teams per CTA
   int cpc() const { return tpr * e; }                         // columns per CTA slice
@@ -63,7 +64,7 @@ struct FwdParams {
   const void* x; const void* res; const void* w; const void* b;
   void* y; void* res_out; float* mean; float* rstd;
   int64_t x_stride, res_stride, y_stride, res_out_stride, rows;
-  int cols, tpr, csize;
+  int cols, tpr, csize, stages, nv;  // nv: 16-byte chunks a thread (ring kernel)
   float eps, w_off;
   bool is_rms, w_f32, res_f32, has_w, has_b, has_res, has_res_out;
 };
@@ -72,10 +73,32 @@ struct BwdParams {
   const void* dy; const void* x; const void* dres; const void* w; const float* mean; const float* rstd;
   void* dx; float* dw; float* db;
   int64_t dy_stride, x_stride, dres_stride, dx_stride, rows;
-  int cols, tpr, csize;
+  int cols, tpr, csize, stages;
   float w_off;
   bool is_rms, w_f32, has_w;
 };
+
+// Development knob: with -DKP_NORM_TUNING, config constants can be overridden per call from the
+// environment (KP_NORM_<NAME>) for sweeps; a release build compiles it to the default.
+#ifdef KP_NORM_TUNING
+}  // namespace kp_norm
+#include <cstdlib>
+namespace kp_norm {
+inline int tune(const char* name, int def) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : def;
+}
+#else
+inline int tune(const char*, int def) { return def; }
+#endif
+
+inline int next_pow2(int v) {
+  int p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+inline int round_up(int64_t v, int m) { return static_cast<int>((v + m - 1) / m * m); }
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace kp_norm
 
@@ -147,6 +170,125 @@ struct Lay {
   __device__ __forceinline__ void store_tf(void* row, bool is_f32, int i, const float* v, bool active) const {
     if (is_f32) store<float>(static_cast<float*>(row), i, v, active);
     else store<T>(static_cast<T*>(row), i, v, active);
+  }
+};
+
+// A thread's E elements of one row of S (T or float), kept undecoded: for 16-bit S half the
+// registers of floats. Lets loads be in flight while registers hold other data (the residual's
+// packets next to x's, the next row's packets while this row is computed).
+template <typename T, typename S, int E, bool VECTOR>
+struct Raw {
+  using L = Lay<T, E, VECTOR>;
+  static constexpr int VEC = L::VEC, NV = L::NV;
+  static constexpr int PPC = VEC * static_cast<int>(sizeof(S)) / 16;  // 16-byte packets a chunk
+  static constexpr int PN = kp::Packet<S>::N;
+  uint4 pk[VECTOR ? NV * PPC : 1];
+  float sc[VECTOR ? 1 : E];  // the scalar path keeps decoded values
+
+  __device__ __forceinline__ void load(const L& lay, const S* row, bool active) {
+    if constexpr (VECTOR) {
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        const int c = lay.col(i, 0);
+        const bool ok = active && c < lay.cols;
+#pragma unroll
+        for (int j = 0; j < PPC; ++j) pk[i * PPC + j] = ok ? kp::ld16<kp::Ld::Stream>(row + c + j * PN) : make_uint4(0, 0, 0, 0);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < NV; ++i) lay.template load<S, kp::Ld::Stream>(row, i, sc + i * VEC, active);
+    }
+  }
+  // Hide the packets' values from the optimizer, so values decoded from them before this point are
+  // not kept alive (in twice the registers) for reuse after it: decoding again is cheaper.
+  __device__ __forceinline__ void opaque() {
+    if constexpr (VECTOR) {
+#pragma unroll
+      for (int q = 0; q < NV * PPC; ++q) asm volatile("" : "+r"(pk[q].x), "+r"(pk[q].y), "+r"(pk[q].z), "+r"(pk[q].w));
+    } else {
+#pragma unroll
+      for (int j = 0; j < E; ++j) asm volatile("" : "+f"(sc[j]));
+    }
+  }
+  __device__ __forceinline__ void decode_chunk(int i, float* v) const {  // chunk i -> VEC floats
+    if constexpr (VECTOR) {
+#pragma unroll
+      for (int q = 0; q < PPC; ++q) kp::unpack<S>(pk[i * PPC + q], v + q * PN);
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) v[k] = sc[i * VEC + k];
+    }
+  }
+  // Store VEC floats as chunk i (rounded to S).
+  __device__ __forceinline__ void encode_chunk(int i, const float* v) {
+    if constexpr (VECTOR) {
+#pragma unroll
+      for (int q = 0; q < PPC; ++q) pk[i * PPC + q] = kp::pack<S>(v + q * PN);
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) sc[i * VEC + k] = kp::round_to<S>(v[k]);
+    }
+  }
+  __device__ __forceinline__ void decode(float* v) const {
+    if constexpr (VECTOR) {
+#pragma unroll
+      for (int q = 0; q < NV * PPC; ++q) kp::unpack<S>(pk[q], v + q * PN);
+    } else {
+#pragma unroll
+      for (int j = 0; j < E; ++j) v[j] = sc[j];
+    }
+  }
+};
+
+// A per-thread ring of `stages` row slices in shared memory, filled with cp.async. Packet q of a
+// thread's slice in stage s sits at [(s * NP + q) * blockDim + tid] (16-byte units): consecutive
+// threads hit consecutive 16 bytes (conflict-free), and a thread only ever reads its own packets,
+// so cp.async.wait_group is the only synchronization. Rows in flight cost smem, not registers.
+template <typename T, typename S, int E>
+struct Ring {
+  using L = Lay<T, E, true>;
+  static constexpr int VEC = L::VEC, NV = L::NV;
+  static constexpr int PPC = VEC * static_cast<int>(sizeof(S)) / 16;  // packets a chunk
+  static constexpr int NP = NV * PPC;                                // packets a slice
+  static constexpr int PN = kp::Packet<S>::N;
+  uint4* base;  // this tensor's region: stages * NP * blockDim packets
+
+  static constexpr int bytes_per_thread_stage() { return NP * 16; }
+  __device__ __forceinline__ uint4* at(int s, int q) const { return base + (s * NP + q) * blockDim.x + threadIdx.x; }
+  // Start copying `row`'s slice into stage s (zeros where !active or past the row). `any` is any
+  // valid global address, used as the (unread) source of masked-off packets.
+  __device__ __forceinline__ void fill(int s, const L& lay, const S* row, bool active, const void* any) const {
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const int c = lay.col(i, 0);
+      const bool ok = active && c < lay.cols;
+#pragma unroll
+      for (int j = 0; j < PPC; ++j)
+        kp::cp_async16(at(s, i * PPC + j), ok ? static_cast<const void*>(row + c + j * PN) : any, ok);
+    }
+  }
+  __device__ __forceinline__ void read_chunk(int s, int i, float* v) const {
+#pragma unroll
+    for (int j = 0; j < PPC; ++j) kp::unpack<S>(*at(s, i * PPC + j), v + j * PN);
+  }
+};
+
+// Team geometry of a persistent grid. tpr <= 32: teams of tpr lanes share the CTA; else the CTA
+// (times csize, a cluster) is the team. Team `my_team` takes rows my_team, my_team + nteams, ...
+struct Geo {
+  int lane, team, tpc, crank;
+  int64_t my_team, nteams, lead0;  // lead0: the warp's first team (warp-uniform loop control)
+  __device__ __forceinline__ Geo(int tpr, int csize) {
+    const int tid = threadIdx.x;
+    if (tpr <= 32) {
+      lane = tid & (tpr - 1), team = tid / tpr, tpc = blockDim.x / tpr, crank = 0;
+    } else {
+      lane = tid, team = 0, tpc = 1, crank = static_cast<int>(blockIdx.x % csize);
+    }
+    const int64_t cta_team0 = static_cast<int64_t>(blockIdx.x / csize) * tpc;
+    my_team = cta_team0 + team;
+    nteams = static_cast<int64_t>(gridDim.x / csize) * tpc;
+    lead0 = cta_team0 + (tpr <= 32 ? (tid & ~31) / tpr : 0);
   }
 };
 

@@ -10,6 +10,7 @@
 namespace kp {
 
 [[noreturn]] inline void throw_cuda(cudaError_t e, const char* expr, const char* file, int line) {
+  (void)cudaGetLastError();  // reset the (non-sticky) error, so a later check doesn't report it again
   throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + expr + " failed: " +
                            cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
 }

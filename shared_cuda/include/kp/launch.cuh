@@ -64,15 +64,29 @@ using FuncKey = std::tuple<const void*, int, int, size_t, int>;  // func, device
 inline std::mutex& cache_mu() { static std::mutex m; return m; }
 inline std::map<FuncKey, int>& cache() { static std::map<FuncKey, int> c; return c; }
 
-// Opt the kernel into what the launch needs, once per (kernel, device): >48 KiB dynamic smem, and
-// clusters above the portable 8 CTAs (sm90 allows 16 with cudaFuncAttributeNonPortableClusterSizeAllowed).
+// Opt the kernel into what the launch needs, once per (kernel, device): the largest dynamic smem
+// the device allows (the attribute is one value per kernel, so it is set to the maximum rather than
+// to each launch's size), and clusters above the portable 8 CTAs (sm90 allows 16 with
+// cudaFuncAttributeNonPortableClusterSizeAllowed).
 inline void prepare(const void* func, int device, size_t smem, int cluster) {
-  const FuncKey key{func, device, -1, smem, cluster};
-  if (cache().count(key)) return;
-  if (smem > 48 * 1024)
-    KP_CHECK_CUDA(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  if (cluster > 8) KP_CHECK_CUDA(cudaFuncSetAttribute(func, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cache()[key] = 1;
+  const FuncKey key{func, device, -1, 0, 0};
+  auto it = cache().find(key);
+  const int done = it == cache().end() ? 0 : it->second;  // bit 1: smem opted in, bit 2: 16-CTA clusters
+  int want = done;
+  if (smem > 48 * 1024 && !(done & 1)) {
+    int optin = 0;
+    cudaFuncAttributes fa;
+    KP_CHECK_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    KP_CHECK_CUDA(cudaFuncGetAttributes(&fa, func));  // the limit counts static smem too
+    KP_CHECK_CUDA(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       optin - static_cast<int>(fa.sharedSizeBytes)));
+    want |= 1;
+  }
+  if (cluster > 8 && !(done & 2)) {
+    KP_CHECK_CUDA(cudaFuncSetAttribute(func, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    want |= 2;
+  }
+  if (want != done) cache()[key] = want;
 }
 }  // namespace detail
 
@@ -145,10 +159,7 @@ inline void launch(void (*kernel)(KArgs...), int device, dim3 grid, dim3 block, 
     cfg.numAttrs = 1;
   }
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();  // clear it, so a later check does not report this launch again
-    throw_cuda(e, "cudaLaunchKernelEx", __FILE__, __LINE__);
-  }
+  if (e != cudaSuccess) throw_cuda(e, "cudaLaunchKernelEx", __FILE__, __LINE__);
   KP_CHECK_LAUNCH();
 }
 

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#ifndef KP_SASS_ARCHS
-#error "KP_SASS_ARCHS must be defined by kp_add_extension()"
+#ifndef KP_SASS_ARCHS  // kp_add_extension() defines these unless the list is empty
+#define KP_SASS_ARCHS
 #endif
 #ifndef KP_PTX_ARCHS
-#error "KP_PTX_ARCHS must be defined by kp_add_extension()"
+#define KP_PTX_ARCHS
 #endif
 
 namespace kp {
@@ -49,8 +49,9 @@ inline std::string check_device(int device, const void* probe) {
     if (e == cudaErrorInsufficientDriver) {
       int drv = 0;
       (void)cudaDriverGetVersion(&drv);
-      return "the NVIDIA driver (CUDA " + (drv ? version_str(drv) : std::string("none")) +
-             ") is older than this build's CUDA runtime " + version_str(CUDART_VERSION) + "; update the driver";
+      if (drv == 0) return "no NVIDIA driver found (libcuda could not be loaded)";
+      return "the NVIDIA driver supports CUDA " + version_str(drv) + ", older than this build's CUDA runtime " +
+             version_str(CUDART_VERSION) + "; update the driver";
     }
     return std::string("CUDA is unavailable: ") + cudaGetErrorString(e);
   }

@@ -44,6 +44,33 @@ template <typename S, int N> __device__ __forceinline__ void st_chunk(S* p, cons
   for (int j = 0; j < N / P; ++j) st16(p + j * P, pack<S>(v + j * P));
 }
 
+// ---- cp.async (sm80+): global -> shared copies that complete in the background -------------------
+// A thread that copies a packet and later reads it back itself needs only cp.async.wait_group, no
+// CTA barrier: that is how kp kernels keep several rows in flight without spending registers.
+// `ok == false` writes zeros and reads nothing (src-size 0); `src` must still be a valid address.
+__device__ __forceinline__ void cp_async16(void* smem, const void* src, bool ok) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* src, bool ok) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(ok ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Wait until at most `n` of this thread's committed groups are pending (n is a small runtime value).
+__device__ __forceinline__ void cp_async_wait(int n) {
+  switch (n) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
+  }
+}
+
 // Host: can a tensor take the 16-byte path? Its base and every row start must be 16-byte aligned.
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 inline bool rows_aligned16(const void* p, int64_t stride_elems, int elem_size) {

@@ -4,18 +4,23 @@ Semantics are those of the native ``_C`` module (``docs/architecture.md``, "kp-n
 math, the residual sum rounded to the residual dtype *before* it is normalized, ``w_eff = w +
 weight_offset``, biased LayerNorm variance, one rounding of the output.
 
-Two shapes of kernel:
+Forward:
 
-* fused: a row fits in registers (``next_power_of_2(N) <= *_MAX_BLOCK_N``); each program owns a
-  ``[BLOCK_M, BLOCK_N]`` tile, several rows at once when rows are short, so x is read once.
-* looped: longer rows are walked in ``CHUNK``-wide pieces, statistics first, then a second pass
-  that writes the output (x is read twice).
+* fused (``next_power_of_2(N) <= FWD_MAX_BLOCK_N``): each program owns a ``[BLOCK_M, BLOCK_N]``
+  tile, several rows at once when rows are short; x is read once.
+* looped (longer rows): CHUNK-wide pieces, statistics first (LayerNorm: Chan's chunk combine),
+  then a second pass that normalizes and writes; x is read twice.
 
-The backward writes per-program fp32 partials of dw/db (each program owns a fixed set of rows)
-and reduces them in a fixed order with ``_column_sum_kernel``: deterministic, no atomics.
+Backward (every program writes one row of fp32 dw/db partials summed over a fixed set of rows;
+``_column_sum_kernel`` reduces them in a fixed order: deterministic, no atomics):
 
-Launch configs are pure functions of (N, dtype) and are cached; nothing is autotuned at call time.
-The kernels avoid inline asm and device intrinsics so they run under ``TRITON_INTERPRET=1``.
+* fused: persistent programs over ``[BLOCK_M, BLOCK_N]`` row tiles, dw/db kept in registers.
+* split (long rows): one kernel computes each row's two reductions, then dx is elementwise and a
+  second kernel splits the columns too, so its dw/db accumulators stay small.
+
+Launch configs are pure functions of N (backward: and RMS vs LayerNorm), cached, measured on H200
+(bf16, 256 MiB inputs); nothing is autotuned at call time. The kernels use no inline asm or
+device intrinsics, so they also run under ``TRITON_INTERPRET=1`` on CPU tensors.
 """
 
 from __future__ import annotations
@@ -26,15 +31,24 @@ import torch
 import triton
 import triton.language as tl
 
-# Longest row (as a power of two) kept in registers by the fused kernels. Past this, registers
-# spill, so the looped kernels take over. The backward holds more live values per element.
+# Longest row (as a power of two) that the forward keeps in registers; longer rows take the
+# looped kernel, CHUNK elements at a time.
 FWD_MAX_BLOCK_N = 32768
-BWD_MAX_BLOCK_N = 16384
-# Width of one piece of a row in the looped kernels.
-LOOP_CHUNK = 4096
-# Fused kernels give each program about this many elements, so short rows are batched per program.
-FWD_TILE_ELEMS = 4096
-BWD_TILE_ELEMS = 4096
+FWD_LOOP_CHUNK = 8192
+# The backward holds more live values per element (dy, x, g, and the dw/db accumulators), so it
+# switches to the split kernels earlier; RMSNorm (no db) stays fused one size longer.
+BWD_MAX_BLOCK_N = {True: 16384, False: 8192}  # keyed by is_rms
+# Fused kernels: short rows are batched so each program holds about this many elements.
+FWD_TILE_ELEMS = 2048
+BWD_TILE_ELEMS = 8192
+# Split backward: the row-reduction kernel's chunk, and the [BLOCK_M, BLOCK_N] tiles of the
+# column-split dx/dw kernel (about PROGS_PER_SM programs per SM in all).
+SPLIT_DOTS_CHUNK = 4096
+SPLIT_DOTS_WARPS = 8
+SPLIT_BLOCK_M = 4
+SPLIT_BLOCK_N = 1024
+SPLIT_WARPS = 4
+SPLIT_PROGS_PER_SM = 4
 # Column sum of the dw/db partials: tile shape of one step.
 COLSUM_BLOCK_G = 32
 COLSUM_BLOCK_N = 64
@@ -173,6 +187,7 @@ def _norm_bwd_kernel(
     M, N, stride_dy, stride_x, stride_dres, weight_offset,
     IS_RMS: tl.constexpr, HAS_DRES: tl.constexpr, HAS_W: tl.constexpr,
     HAS_DW: tl.constexpr, HAS_DB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    W_IN_REGS: tl.constexpr,
 ):
     # Persistent: program p takes tiles p, p + P, p + 2P, ... and keeps its dw/db in registers,
     # so the partial it writes is a sum over a fixed set of rows (deterministic).
@@ -180,8 +195,8 @@ def _norm_bwd_kernel(
     num_progs = tl.num_programs(0)
     cols = tl.arange(0, BLOCK_N)
     col_mask = cols < N
-    if HAS_W:
-        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + weight_offset
+    if HAS_W and W_IN_REGS:
+        w_regs = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + weight_offset
     dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
 
@@ -199,6 +214,10 @@ def _norm_bwd_kernel(
             mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
             xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
         if HAS_W:
+            if W_IN_REGS:
+                w = w_regs
+            else:  # long rows: registers are short, reload w (an L1/L2 hit) per tile
+                w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + weight_offset
             g = dy * w[None, :]
         else:
             g = dy
@@ -223,70 +242,87 @@ def _norm_bwd_kernel(
 
 
 @triton.jit
-def _norm_bwd_looped_kernel(
-    DY, X, DRES, W, MEAN, RSTD, DX, DW_PART, DB_PART,
+def _norm_bwd_row_dots_kernel(
+    DY, X, W, MEAN, RSTD, DOTS, N, stride_dy, stride_x, weight_offset,
+    IS_RMS: tl.constexpr, HAS_W: tl.constexpr, CHUNK: tl.constexpr,
+):
+    # Long rows, step 1: the two row reductions of dx, mean_j(g * xhat) and mean_j(g), per row.
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, CHUNK)
+    rstd = tl.load(RSTD + row)
+    if IS_RMS:
+        mean = 0.0
+    else:
+        mean = tl.load(MEAN + row)
+    sum_g_xhat = tl.zeros([CHUNK], dtype=tl.float32)
+    sum_g = tl.zeros([CHUNK], dtype=tl.float32)
+    for start in range(0, N, CHUNK):
+        offs = start + cols
+        mask = offs < N
+        g = tl.load(DY + row * stride_dy + offs, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(X + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
+        if HAS_W:
+            g = g * (tl.load(W + offs, mask=mask, other=0.0).to(tl.float32) + weight_offset)
+        sum_g_xhat += g * tl.where(mask, (x - mean) * rstd, 0.0)
+        if not IS_RMS:
+            sum_g += g
+    tl.store(DOTS + 2 * row, tl.sum(sum_g_xhat, axis=0) / N)
+    if not IS_RMS:
+        tl.store(DOTS + 2 * row + 1, tl.sum(sum_g, axis=0) / N)
+
+
+@triton.jit
+def _norm_bwd_split_kernel(
+    DY, X, DRES, W, MEAN, RSTD, DOTS, DX, DW_PART, DB_PART,
     M, N, stride_dy, stride_x, stride_dres, weight_offset,
     IS_RMS: tl.constexpr, HAS_DRES: tl.constexpr, HAS_W: tl.constexpr,
-    HAS_DW: tl.constexpr, HAS_DB: tl.constexpr, CHUNK: tl.constexpr,
+    HAS_DW: tl.constexpr, HAS_DB: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    # Persistent over rows p, p + P, ...; each row in two passes of CHUNK-wide pieces: the two row
-    # reductions, then dx. dw/db accumulate straight into this program's own partial row.
-    pid = tl.program_id(0)
-    num_progs = tl.num_programs(0)
-    cols = tl.arange(0, CHUNK)
-    part_offset = pid.to(tl.int64) * N
-    for row_i32 in range(pid, M, num_progs):
-        row = tl.cast(row_i32, tl.int64)  # (tl.cast: the interpreter hands loop indices as ints)
-        # This program's partial row is written on its first row, accumulated on the next ones
-        # (as a bound on offs: a scalar bool in a mask trips the interpreter).
-        accumulate_below = tl.where(row >= num_progs, N, 0)
-        rstd = tl.load(RSTD + row)
+    # Long rows, step 2: with the row reductions known, dx is elementwise, so programs split the
+    # columns too. Program (c, p) owns column block c of row tiles p, p + P, ...: its dw/db stay
+    # in registers and its partial row p is a sum over a fixed set of rows (deterministic).
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    col_mask = cols < N
+    pid = tl.program_id(1)
+    num_progs = tl.num_programs(1)
+    if HAS_W:
+        w = tl.load(W + cols, mask=col_mask, other=0.0).to(tl.float32) + weight_offset
+    dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for tile in range(pid, tl.cdiv(M, BLOCK_M), num_progs):
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_mask = rows < M
+        mask = row_mask[:, None] & col_mask[None, :]
+        rows = rows.to(tl.int64)
+        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        mean_g_xhat = tl.load(DOTS + 2 * rows, mask=row_mask, other=0.0)
         if IS_RMS:
-            mean = 0.0
+            xhat = x * rstd[:, None]
         else:
-            mean = tl.load(MEAN + row)
-
-        sum_g_xhat = tl.zeros([CHUNK], dtype=tl.float32)
-        sum_g = tl.zeros([CHUNK], dtype=tl.float32)
-        for start in range(0, N, CHUNK):
-            offs = start + cols
-            mask = offs < N
-            dy = tl.load(DY + row * stride_dy + offs, mask=mask, other=0.0).to(tl.float32)
-            x = tl.load(X + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
-            xhat = tl.where(mask, (x - mean) * rstd, 0.0)
-            if HAS_W:
-                g = dy * (tl.load(W + offs, mask=mask, other=0.0).to(tl.float32) + weight_offset)
-            else:
-                g = dy
-            sum_g_xhat += g * xhat
-            sum_g += g
-        mean_g_xhat = tl.sum(sum_g_xhat, axis=0) / N
-        mean_g = tl.sum(sum_g, axis=0) / N
-
-        for start in range(0, N, CHUNK):
-            offs = start + cols
-            mask = offs < N
-            dy = tl.load(DY + row * stride_dy + offs, mask=mask, other=0.0).to(tl.float32)
-            x = tl.load(X + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
-            xhat = tl.where(mask, (x - mean) * rstd, 0.0)
-            if HAS_W:
-                g = dy * (tl.load(W + offs, mask=mask, other=0.0).to(tl.float32) + weight_offset)
-            else:
-                g = dy
-            if IS_RMS:
-                dx = (g - xhat * mean_g_xhat) * rstd
-            else:
-                dx = (g - mean_g - xhat * mean_g_xhat) * rstd
-            if HAS_DRES:
-                dx += tl.load(DRES + row * stride_dres + offs, mask=mask, other=0.0).to(tl.float32)
-            tl.store(DX + row * N + offs, dx.to(DX.dtype.element_ty), mask=mask)
-            # Same load/store instructions every row, so each thread re-reads what it wrote.
-            if HAS_DW:
-                dw = tl.load(DW_PART + part_offset + offs, mask=offs < accumulate_below, other=0.0)
-                tl.store(DW_PART + part_offset + offs, dw + dy * xhat, mask=mask)
-            if HAS_DB:
-                db = tl.load(DB_PART + part_offset + offs, mask=offs < accumulate_below, other=0.0)
-                tl.store(DB_PART + part_offset + offs, db + dy, mask=mask)
+            mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
+            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        if HAS_W:
+            g = dy * w[None, :]
+        else:
+            g = dy
+        if IS_RMS:
+            dx = (g - xhat * mean_g_xhat[:, None]) * rstd[:, None]
+        else:
+            mean_g = tl.load(DOTS + 2 * rows + 1, mask=row_mask, other=0.0)
+            dx = (g - mean_g[:, None] - xhat * mean_g_xhat[:, None]) * rstd[:, None]
+        if HAS_DRES:
+            dx += tl.load(DRES + rows[:, None] * stride_dres + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+        if HAS_DW:
+            dw_acc += tl.sum(dy * xhat, axis=0)
+        if HAS_DB:
+            db_acc += tl.sum(dy, axis=0)
+    if HAS_DW:
+        tl.store(DW_PART + pid.to(tl.int64) * N + cols, dw_acc, mask=col_mask)
+    if HAS_DB:
+        tl.store(DB_PART + pid.to(tl.int64) * N + cols, db_acc, mask=col_mask)
 
 
 @triton.jit
@@ -316,10 +352,12 @@ def _column_sum_kernel(
 # --------------------------------------------------------------------------------------------
 # Host side
 # --------------------------------------------------------------------------------------------
-def _warps_for(elems: int) -> int:
-    # About 16 fp32 values per thread: enough bytes in flight per warp, few enough registers that
-    # several programs share an SM.
-    return max(1, min(32, elems // 512)) if elems >= 2048 else (4 if elems >= 1024 else 2)
+def _fwd_warps(block_m: int, block_n: int) -> int:
+    # Measured on H200 (bf16): 4 warps for tiles up to 2048 elements or batched short rows, then
+    # about 16-32 fp32 values per thread; more warps lose (lower occupancy per row in flight).
+    if block_m > 1 or block_n <= 2048:
+        return 4
+    return {4096: 8, 8192: 8, 16384: 16}.get(block_n, 32)
 
 
 _FWD_CONFIGS: dict = {}
@@ -328,34 +366,35 @@ _SM_COUNTS: dict = {}
 _NO_GUARD = contextlib.nullcontext()
 
 
-def _fwd_config(N: int, itemsize: int):
-    """(looped, BLOCK_M or CHUNK, BLOCK_N, num_warps) for a row of N elements."""
-    key = (N, itemsize)
-    cfg = _FWD_CONFIGS.get(key)
+def _fwd_config(N: int):
+    """(looped, BLOCK_M or CHUNK, BLOCK_N, num_warps) for rows of N elements."""
+    cfg = _FWD_CONFIGS.get(N)
     if cfg is None:
         block_n = triton.next_power_of_2(N)
         if block_n > FWD_MAX_BLOCK_N:
-            cfg = (True, LOOP_CHUNK, LOOP_CHUNK, _warps_for(LOOP_CHUNK))
+            cfg = (True, FWD_LOOP_CHUNK, FWD_LOOP_CHUNK, 8)
         else:
             block_m = max(1, FWD_TILE_ELEMS // block_n)
-            cfg = (False, block_m, block_n, _warps_for(block_m * block_n))
-        _FWD_CONFIGS[key] = cfg
+            cfg = (False, block_m, block_n, _fwd_warps(block_m, block_n))
+        _FWD_CONFIGS[N] = cfg
     return cfg
 
 
-def _bwd_config(N: int, itemsize: int):
-    """(looped, BLOCK_M or CHUNK, BLOCK_N, num_warps, programs per SM) for a row of N elements."""
-    key = (N, itemsize)
+def _bwd_config(N: int, is_rms: bool):
+    """(split, BLOCK_M, BLOCK_N, num_warps, programs per SM, w kept in registers)."""
+    key = (N, is_rms)
     cfg = _BWD_CONFIGS.get(key)
     if cfg is None:
         block_n = triton.next_power_of_2(N)
-        if block_n > BWD_MAX_BLOCK_N:
-            warps = _warps_for(LOOP_CHUNK)
-            cfg = (True, LOOP_CHUNK, LOOP_CHUNK, warps, max(1, 32 // warps))
+        if block_n > BWD_MAX_BLOCK_N[is_rms]:
+            cfg = (True, SPLIT_BLOCK_M, SPLIT_BLOCK_N, SPLIT_WARPS, SPLIT_PROGS_PER_SM, True)
+        elif block_n <= 4096:
+            # Measured on H200 (bf16): 4 warps, 2 programs per SM; more programs mean more
+            # partials to reduce, fewer leave HBM idle.
+            cfg = (False, max(1, BWD_TILE_ELEMS // block_n), block_n, 4, 2, True)
         else:
-            block_m = max(1, BWD_TILE_ELEMS // block_n)
-            warps = _warps_for(block_m * block_n)
-            cfg = (False, block_m, block_n, warps, max(1, 32 // warps))
+            # One row per tile; at 16384 w is reloaded per row (an L1/L2 hit) to free registers.
+            cfg = (False, 1, block_n, 16 if block_n <= 8192 else 8, 1, block_n <= 8192)
         _BWD_CONFIGS[key] = cfg
     return cfg
 
@@ -406,7 +445,7 @@ def norm_fwd(x, residual, weight, bias, eps: float, is_rms: bool, weight_offset:
 
     x, stride_x = _rows(x)
     residual, stride_res = _rows(residual)
-    looped, block, block_n, num_warps = _fwd_config(N, x.element_size())
+    looped, block, block_n, num_warps = _fwd_config(N)
     flags = dict(IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None,
                  HAS_B=bias is not None, SAVE_STATS=save_stats, num_warps=num_warps)
     with _device_guard(x):
@@ -444,23 +483,33 @@ def norm_bwd(dy, x, dres, weight, mean, rstd, is_rms: bool, weight_offset: float
     dy, stride_dy = _rows(dy)
     x, stride_x = _rows(x)
     dres, stride_dres = _rows(dres)
-    looped, block, block_n, num_warps, progs_per_sm = _bwd_config(N, x.element_size())
-    num_tiles = M if looped else triton.cdiv(M, block)
-    num_progs = min(num_tiles, _num_sms(device) * progs_per_sm)
+    split, block_m, block_n, num_warps, progs_per_sm, w_in_regs = _bwd_config(N, is_rms)
+    # Programs along the rows: each writes one partial row of dw/db.
+    num_col_blocks = triton.cdiv(N, block_n) if split else 1
+    num_progs = min(triton.cdiv(M, block_m),
+                    max(1, _num_sms(device) * progs_per_sm // num_col_blocks), 65535)
     dw_part = torch.empty((num_progs, N), dtype=torch.float32, device=device) if need_dw else None
     db_part = torch.empty((num_progs, N), dtype=torch.float32, device=device) if need_db else None
     dw = torch.empty((N,), dtype=grad_dtype, device=device) if need_dw else None
     db = torch.empty((N,), dtype=grad_dtype, device=device) if need_db else None
 
-    args = (dy, x, dres, weight, mean, rstd, dx, dw_part, db_part,
-            M, N, stride_dy, stride_x, stride_dres, weight_offset)
     flags = dict(IS_RMS=is_rms, HAS_DRES=dres is not None, HAS_W=weight is not None,
-                 HAS_DW=need_dw, HAS_DB=need_db, num_warps=num_warps)
+                 HAS_DW=need_dw, HAS_DB=need_db, BLOCK_M=block_m, BLOCK_N=block_n,
+                 num_warps=num_warps)
     with _device_guard(x):
-        if looped:
-            _norm_bwd_looped_kernel[(num_progs,)](*args, CHUNK=block, **flags)
+        if split:
+            row_dots = torch.empty((M, 2), dtype=torch.float32, device=device)
+            _norm_bwd_row_dots_kernel[(M,)](
+                dy, x, weight, mean, rstd, row_dots, N, stride_dy, stride_x, weight_offset,
+                IS_RMS=is_rms, HAS_W=weight is not None, CHUNK=SPLIT_DOTS_CHUNK,
+                num_warps=SPLIT_DOTS_WARPS)
+            _norm_bwd_split_kernel[(num_col_blocks, num_progs)](
+                dy, x, dres, weight, mean, rstd, row_dots, dx, dw_part, db_part,
+                M, N, stride_dy, stride_x, stride_dres, weight_offset, **flags)
         else:
-            _norm_bwd_kernel[(num_progs,)](*args, BLOCK_M=block, BLOCK_N=block_n, **flags)
+            _norm_bwd_kernel[(num_progs,)](
+                dy, x, dres, weight, mean, rstd, dx, dw_part, db_part,
+                M, N, stride_dy, stride_x, stride_dres, weight_offset, W_IN_REGS=w_in_regs, **flags)
         if need_dw or need_db:
             _column_sum_kernel[(triton.cdiv(N, COLSUM_BLOCK_N),)](
                 dw_part, db_part, dw, db, num_progs, N, HAS_DW=need_dw, HAS_DB=need_db,

@@ -1,0 +1,75 @@
+// kp_norm._C: the pybind11 face of the kernels. Pointers and streams arrive as Python ints, sizes
+// and strides (in elements) as 64-bit ints; see docs/architecture.md, "kp-norm _C". No libtorch.
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+
+#include "kp/py_module.h"
+#include "norm.cuh"
+
+namespace py = pybind11;
+using kp_norm::BwdArgs;
+using kp_norm::FwdArgs;
+
+template <typename P>
+static P ptr(uintptr_t v) {
+  return reinterpret_cast<P>(v);
+}
+static cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "kp-norm native CUDA kernels (RMSNorm / LayerNorm, fused residual)";
+  kp::add_common(m, kp_norm::probe_kernel());
+
+  m.def(
+      "norm_fwd",
+      [](uintptr_t x, int64_t x_stride, uintptr_t res, int64_t res_stride, uintptr_t w, uintptr_t b, uintptr_t y,
+         int64_t y_stride, uintptr_t res_out, int64_t res_out_stride, uintptr_t mean, uintptr_t rstd, int64_t rows,
+         int64_t cols, int act_dtype, int weight_dtype, int res_dtype, double eps, double weight_offset, bool is_rms,
+         int device, uintptr_t stream) {
+        FwdArgs a{ptr<const void*>(x), x_stride, ptr<const void*>(res), res_stride, ptr<const void*>(w),
+                  ptr<const void*>(b), ptr<void*>(y), y_stride, ptr<void*>(res_out), res_out_stride,
+                  ptr<float*>(mean), ptr<float*>(rstd), rows, cols, act_dtype, weight_dtype, res_dtype,
+                  static_cast<float>(eps), static_cast<float>(weight_offset), is_rms};
+        kp_norm::norm_fwd(a, device, stream_of(stream));
+      },
+      py::arg("x"), py::arg("x_stride"), py::arg("res"), py::arg("res_stride"), py::arg("w"), py::arg("b"),
+      py::arg("y"), py::arg("y_stride"), py::arg("res_out"), py::arg("res_out_stride"), py::arg("mean"),
+      py::arg("rstd"), py::arg("rows"), py::arg("cols"), py::arg("act_dtype"), py::arg("weight_dtype"),
+      py::arg("res_dtype"), py::arg("eps"), py::arg("weight_offset"), py::arg("is_rms"), py::arg("device"),
+      py::arg("stream"),
+      "y = norm(x [+ res]) * (w + weight_offset) [+ b]; optional res_out, mean, rstd");
+
+  m.def("norm_bwd_partials", &kp_norm::norm_bwd_partials, py::arg("rows"), py::arg("cols"), py::arg("act_dtype"),
+        py::arg("x_dtype"), py::arg("device"),
+        "rows of the fp32 dw/db partials norm_bwd writes for this shape (0 when rows == 0)");
+
+  m.def(
+      "norm_bwd",
+      [](uintptr_t dy, int64_t dy_stride, uintptr_t x, int64_t x_stride, uintptr_t dres, int64_t dres_stride,
+         uintptr_t w, uintptr_t mean, uintptr_t rstd, uintptr_t dx, int64_t dx_stride, uintptr_t dw_partial,
+         uintptr_t db_partial, int64_t num_partials, int64_t rows, int64_t cols, int act_dtype, int x_dtype,
+         int weight_dtype, double weight_offset, bool is_rms, int device, uintptr_t stream) {
+        BwdArgs a{ptr<const void*>(dy), dy_stride, ptr<const void*>(x), x_stride, ptr<const void*>(dres),
+                  dres_stride, ptr<const void*>(w), ptr<const float*>(mean), ptr<const float*>(rstd),
+                  ptr<void*>(dx), dx_stride, ptr<float*>(dw_partial), ptr<float*>(db_partial), num_partials,
+                  rows, cols, act_dtype, x_dtype, weight_dtype, static_cast<float>(weight_offset), is_rms};
+        kp_norm::norm_bwd(a, device, stream_of(stream));
+      },
+      py::arg("dy"), py::arg("dy_stride"), py::arg("x"), py::arg("x_stride"), py::arg("dres"),
+      py::arg("dres_stride"), py::arg("w"), py::arg("mean"), py::arg("rstd"), py::arg("dx"), py::arg("dx_stride"),
+      py::arg("dw_partial"), py::arg("db_partial"), py::arg("num_partials"), py::arg("rows"), py::arg("cols"),
+      py::arg("act_dtype"), py::arg("x_dtype"), py::arg("weight_dtype"), py::arg("weight_offset"),
+      py::arg("is_rms"), py::arg("device"), py::arg("stream"),
+      "dx (+ dres) and the fp32 dw/db partial rows of the norm backward");
+
+  m.def(
+      "col_sum",
+      [](uintptr_t partial, int64_t num_partials, int64_t cols, uintptr_t out, int out_dtype, int device,
+         uintptr_t stream) {
+        kp_norm::col_sum(ptr<const float*>(partial), num_partials, cols, ptr<void*>(out), out_dtype, device,
+                         stream_of(stream));
+      },
+      py::arg("partial"), py::arg("num_partials"), py::arg("cols"), py::arg("out"), py::arg("out_dtype"),
+      py::arg("device"), py::arg("stream"), "out[j] = sum_p partial[p, j] (fp32, fixed order), as out_dtype");
+}

@@ -1,0 +1,652 @@
+// Backward RMSNorm / LayerNorm. dx needs two row sums (sum g*xhat, sum g with g = dy * w_eff), then
+// a second pass over the row. dw/db are column sums over rows: a persistent grid of teams strides
+// over the rows, each thread keeps the dw/db accumulators of its columns in registers across all
+// its rows, and each team (CTA or cluster; the warp teams of a CTA are merged at the end) writes one
+// fp32 partial row; col_sum.cu adds them. The rows of a partial are fixed by (rows, cols, dtypes,
+// device), so the result is deterministic. The main kernel stages dy, x (and dres, mean, rstd) of
+// the next rows in a per-thread cp.async ring, and re-reads the row from it for the second pass, so
+// its registers hold little besides the accumulators.
+#include <algorithm>
+#include <string>
+#include <type_traits>
+
+#include "kp/error.cuh"
+#include "kp/launch.cuh"
+#include "norm.cuh"
+
+namespace kp_norm {
+namespace {
+
+using kp::Ld;
+
+template <typename L>
+__device__ __forceinline__ void load_w(const L& lay, const BwdParams& p, int i, float* w, bool active) {
+  if (p.has_w) {
+    lay.template load_tf<Ld::RO>(p.w, p.w_f32, i, w, active);
+#pragma unroll
+    for (int k = 0; k < L::VEC; ++k) w[k] += p.w_off;
+  } else {
+#pragma unroll
+    for (int k = 0; k < L::VEC; ++k) w[k] = 1.f;
+  }
+}
+
+// The two row sums over the team (+ the cluster: double-buffered slot, see fwd_staged_kernel).
+__device__ __forceinline__ void bwd_row_sums(float (&s)[2], const BwdParams& p, float* red, float* slot) {
+  team_sum(s, p.tpr, red);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (p.csize > 1) {
+    if (threadIdx.x == 0) slot[0] = s[0], slot[1] = s[1];
+    kp::cluster_sync();
+    kp::cluster_gather_sum(slot, p.csize, s);
+  }
+#else
+  (void)slot;
+#endif
+}
+
+// Write the accumulators as partial row `part`. CTA/cluster teams write their columns directly;
+// warp teams stage their rows in smem (`stage`, 2 * teams * cols floats) and add them in team order.
+template <bool WT, typename L, int E>
+__device__ __forceinline__ void write_partials(const float (&aw)[E], const float (&ab)[E], const L& lay,
+                                               const BwdParams& p, const Geo& g, int64_t part, float* stage) {
+  constexpr int VEC = L::VEC, NV = L::NV;
+  if (!WT) {
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      if (p.dw) lay.template store<float>(p.dw + part * p.cols, i, aw + i * VEC, true);
+      if (p.db) lay.template store<float>(p.db + part * p.cols, i, ab + i * VEC, true);
+    }
+  } else if (p.dw || p.db) {
+    float* st_w = stage;
+    float* st_b = stage + g.tpc * p.cols;
+#pragma unroll
+    for (int i = 0; i < NV; ++i)
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const int c = lay.col(i, k);
+        if (c < p.cols) st_w[g.team * p.cols + c] = aw[i * VEC + k], st_b[g.team * p.cols + c] = ab[i * VEC + k];
+      }
+    __syncthreads();
+    for (int c = threadIdx.x; c < p.cols; c += blockDim.x) {
+      float sw = 0.f, sb = 0.f;
+      for (int t = 0; t < g.tpc; ++t) sw += st_w[t * p.cols + c], sb += st_b[t * p.cols + c];
+      if (p.dw) p.dw[part * p.cols + c] = sw;
+      if (p.db) p.db[part * p.cols + c] = sb;
+    }
+  }
+}
+
+// ---- ring kernel: persistent; dy, x, dres, mean, rstd of the next rows staged by cp.async -------
+// Grid: (number of partials) * csize CTAs. Registers hold the dw/db accumulators of the thread's E
+// columns (E a template value so they can be registers); pass 1 (row sums + accumulators) and
+// pass 2 (dx) both read the row from the ring, and w_eff = w + offset from a per-thread fp32 copy
+// in smem made once. Per-row address math is hoisted: a thread's columns are the same every row.
+// A thread reads only smem it wrote or copied itself (no barrier besides the reductions).
+// Dynamic smem: rings for dy, x, dres (when given) [stages][chunk][packet][blockDim], the
+// per-thread (mean, rstd) ring [stages][2][blockDim], then w_eff [E/4][blockDim] float4. After the
+// loop the front is reused for the warp-team merge.
+template <typename T, typename X, typename W, int E, bool WT>
+__global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p) {
+  constexpr int VEC = 16 / sizeof(T), NV = E / VEC;
+  constexpr int XPP = VEC * sizeof(X) / 16, WPP = VEC * sizeof(W) / 16;  // packets a chunk
+  static_assert(E % VEC == 0 && VEC % 4 == 0, "E must be whole chunks");
+  extern __shared__ uint4 ring_smem[];
+  __shared__ float red[2][64];
+  __shared__ float slot[2][2];
+
+  const int tid = threadIdx.x, bd = blockDim.x, tpr = p.tpr, S = p.stages;
+  int lane, team = 0, tpc = 1, crank = 0;
+  int64_t my_team, nteams, lead0;
+  const int64_t part = blockIdx.x / p.csize;
+  if constexpr (WT) {
+    tpc = bd / tpr;
+    lane = tid & (tpr - 1);
+    team = tid / tpr;
+    my_team = part * tpc + team;
+    nteams = static_cast<int64_t>(gridDim.x) * tpc;
+    lead0 = part * tpc + (tid & ~31) / tpr;  // the warp's first team: warp-uniform loop control
+  } else {
+    lane = tid;
+    crank = static_cast<int>(blockIdx.x % p.csize);
+    my_team = lead0 = part;
+    nteams = gridDim.x / p.csize;
+  }
+  const int base = crank * tpr * E;
+  const bool has_dres = p.dres != nullptr;
+  uint4* const rdy = ring_smem + tid;         // [S][NV][bd]
+  uint4* const rx = rdy + S * NV * bd;        // [S][NV][XPP][bd]
+  uint4* const rdr = rx + S * NV * XPP * bd;  // [S][NV][XPP][bd] when has_dres
+  float* const rst = reinterpret_cast<float*>(ring_smem + S * NV * (1 + (has_dres ? 2 : 1) * XPP) * bd) + tid;
+  float4* const wsm = reinterpret_cast<float4*>(rst - tid + 2 * S * bd) + tid;  // [NV * VEC/4][bd]
+
+  // This thread's columns: chunk i starts at col[i] (the same every row); ok[i]: inside the row.
+  int cols_[NV];
+  bool okc[NV];
+#pragma unroll
+  for (int i = 0; i < NV; ++i) cols_[i] = base + (i * tpr + lane) * VEC, okc[i] = cols_[i] < p.cols;
+  {  // w_eff once: fp32, thread-private slots (no barrier needed)
+    const W* wp = static_cast<const W*>(p.w);
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      float w[VEC];
+      if (p.has_w && okc[i]) {
+#pragma unroll
+        for (int j = 0; j < WPP; ++j) kp::unpack<W>(kp::ld16<Ld::RO>(wp + cols_[i] + j * kp::Packet<W>::N), w + j * kp::Packet<W>::N);
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) w[q] += p.w_off;
+      } else {
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) w[q] = p.has_w ? 0.f : 1.f;
+      }
+#pragma unroll
+      for (int j = 0; j < VEC / 4; ++j) wsm[(i * (VEC / 4) + j) * bd] = make_float4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
+    }
+  }
+
+  auto issue = [&](int s, int64_t r) {
+    const bool act = r < p.rows;
+    const T* dyr = row_ptr<T>(p.dy, act ? r : 0, p.dy_stride);
+    const X* xr = row_ptr<X>(p.x, act ? r : 0, p.x_stride);
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      const bool ok = act && okc[i];
+      kp::cp_async16(rdy + (s * NV + i) * bd, dyr + cols_[i], ok);
+#pragma unroll
+      for (int j = 0; j < XPP; ++j) kp::cp_async16(rx + ((s * NV + i) * XPP + j) * bd, xr + cols_[i] + j * kp::Packet<X>::N, ok);
+    }
+    if (has_dres) {
+      const X* drr = row_ptr<X>(p.dres, act ? r : 0, p.dres_stride);
+#pragma unroll
+      for (int i = 0; i < NV; ++i)
+#pragma unroll
+        for (int j = 0; j < XPP; ++j)
+          kp::cp_async16(rdr + ((s * NV + i) * XPP + j) * bd, drr + cols_[i] + j * kp::Packet<X>::N, act && okc[i]);
+    }
+    kp::cp_async4(rst + (2 * s) * bd, p.is_rms ? p.rstd : p.mean + (act ? r : 0), act && !p.is_rms);
+    kp::cp_async4(rst + (2 * s + 1) * bd, p.rstd + (act ? r : 0), act);
+    kp::cp_async_commit();
+  };
+  auto read_x = [&](int s, int i, float* v) {
+#pragma unroll
+    for (int j = 0; j < XPP; ++j) kp::unpack<X>(rx[((s * NV + i) * XPP + j) * bd], v + j * kp::Packet<X>::N);
+  };
+  auto read_w = [&](int i, float* w) {
+#pragma unroll
+    for (int j = 0; j < VEC / 4; ++j) {
+      const float4 f = wsm[(i * (VEC / 4) + j) * bd];
+      w[4 * j] = f.x, w[4 * j + 1] = f.y, w[4 * j + 2] = f.z, w[4 * j + 3] = f.w;
+    }
+  };
+  for (int s = 0; s < S - 1; ++s) issue(s, my_team + s * nteams);
+
+  float aw[E], ab[E];
+#pragma unroll
+  for (int j = 0; j < E; ++j) aw[j] = ab[j] = 0.f;
+  const float inv_n = 1.f / static_cast<float>(p.cols);
+  const bool want_db = p.db != nullptr;
+  int k = 0;
+  for (int64_t lead = lead0; lead < p.rows; lead += nteams, ++k) {
+    const int64_t row = my_team + (lead - lead0);
+    const bool active = row < p.rows;
+    const int st = k % S;
+    issue((k + S - 1) % S, row + (S - 1) * nteams);
+    kp::cp_async_wait(S - 1);
+    const float rs = rst[(2 * st + 1) * bd], nmr = -rst[(2 * st) * bd] * rs;  // xhat = x * rs + nmr
+
+    // Pass 1: the row sums and the dw (and db) accumulators. Idle teams and chunks past the row
+    // read zeros (dy = 0), so they add nothing.
+    float s2[2] = {0.f, 0.f};
+    auto pass1 = [&](auto db_tag) {
+      constexpr bool DB = decltype(db_tag)::value;
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        float d[VEC], xh[VEC], w[VEC];
+        kp::unpack<T>(rdy[(st * NV + i) * bd], d);
+        read_x(st, i, xh);
+        read_w(i, w);
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) {
+          xh[q] = fmaf(xh[q], rs, nmr);
+          aw[i * VEC + q] = fmaf(d[q], xh[q], aw[i * VEC + q]);
+          if constexpr (DB) ab[i * VEC + q] += d[q];
+          const float g = d[q] * w[q];
+          s2[0] = fmaf(g, xh[q], s2[0]);
+          s2[1] += g;
+        }
+      }
+    };
+    if (want_db) pass1(std::true_type{});
+    else pass1(std::false_type{});
+    team_sum(s2, tpr, red[k & 1]);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (!WT && p.csize > 1) {  // double-buffered slot (see fwd_ring_kernel)
+      if (tid == 0) slot[k & 1][0] = s2[0], slot[k & 1][1] = s2[1];
+      kp::cluster_sync();
+      kp::cluster_gather_sum(slot[k & 1], p.csize, s2);
+    }
+#endif
+    const float a = s2[0] * inv_n, c = p.is_rms ? 0.f : s2[1] * inv_n;
+
+    // Pass 2: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) [+ dres], rounded once to x_dtype.
+    if (active) {
+      X* dxr = row_ptr<X>(p.dx, row, p.dx_stride);
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        if (!okc[i]) continue;
+        float d[VEC], xh[VEC], w[VEC], r[VEC];
+        kp::unpack<T>(rdy[(st * NV + i) * bd], d);
+        read_x(st, i, xh);
+        read_w(i, w);
+        if (has_dres) {
+#pragma unroll
+          for (int j = 0; j < XPP; ++j) kp::unpack<X>(rdr[((st * NV + i) * XPP + j) * bd], r + j * kp::Packet<X>::N);
+        } else {
+#pragma unroll
+          for (int q = 0; q < VEC; ++q) r[q] = 0.f;
+        }
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) d[q] = fmaf(rs, fmaf(-fmaf(xh[q], rs, nmr), a, fmaf(d[q], w[q], -c)), r[q]);
+#pragma unroll
+        for (int j = 0; j < XPP; ++j)
+          kp::st16(dxr + cols_[i] + j * kp::Packet<X>::N, kp::pack<X>(d + j * kp::Packet<X>::N));
+      }
+    }
+  }
+  kp::cp_async_wait(0);
+  const Lay<T, E, true> lay{base, lane, tpr, p.cols};
+  Geo g(tpr, p.csize);
+  g.team = team, g.tpc = tpc;
+  if constexpr (WT) __syncthreads();  // the ring becomes the merge buffer
+  write_partials<WT>(aw, ab, lay, p, g, part, reinterpret_cast<float*>(ring_smem));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (!WT && p.csize > 1) kp::cluster_sync();  // keep this CTA's slots alive until the others read them
+#endif
+}
+
+// ---- direct kernel: scalar loads (unaligned rows / odd widths), next row prefetched in registers -
+// Grid and dynamic smem as bwd_staged_kernel (warp teams: merge buffer only).
+template <typename T, typename X>
+__global__ void __launch_bounds__(kMaxThreads) bwd_direct_kernel(const BwdParams p) {
+  constexpr int E = 8;
+  using L = Lay<T, E, false>;
+  constexpr int VEC = L::VEC, NV = L::NV;
+  extern __shared__ float merge_smem[];
+  __shared__ float red[2][64];
+  __shared__ float slot[2][2];
+  const Geo g(p.tpr, p.csize);
+  const L lay{g.crank * p.tpr * E, g.lane, p.tpr, p.cols};
+  float aw[E], ab[E];
+#pragma unroll
+  for (int j = 0; j < E; ++j) aw[j] = ab[j] = 0.f;
+  Raw<T, T, E, false> rdy;
+  Raw<T, X, E, false> rx;
+  float nmu = 0.f, nrs = 0.f;
+  auto fetch = [&](int64_t r) {
+    const bool act = r < p.rows;
+    rdy.load(lay, row_ptr<T>(p.dy, r, p.dy_stride), act);
+    rx.load(lay, row_ptr<X>(p.x, r, p.x_stride), act);
+    nmu = act && !p.is_rms ? p.mean[r] : 0.f;
+    nrs = act ? p.rstd[r] : 0.f;
+  };
+  fetch(g.my_team);
+  const float inv_n = 1.f / static_cast<float>(p.cols);
+  int k = 0;
+  for (int64_t lead = g.lead0; lead < p.rows; lead += g.nteams, ++k) {
+    const int64_t row = g.my_team + (lead - g.lead0);
+    const bool active = row < p.rows;
+    float d[E], xh[E];
+    rdy.decode(d);
+    rx.decode(xh);
+    const float mu = nmu, rs = nrs;
+    fetch(row + g.nteams);  // the next row's loads overlap this row's work
+    float s[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      float w[VEC];
+      load_w(lay, p, i, w, active);
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) {
+        const int j = i * VEC + q;
+        xh[j] = (xh[j] - mu) * rs;
+        aw[j] = fmaf(d[j], xh[j], aw[j]);
+        ab[j] += d[j];
+        d[j] *= w[q];  // g
+        s[0] = fmaf(d[j], xh[j], s[0]);
+        s[1] += d[j];
+      }
+    }
+    bwd_row_sums(s, p, red[k & 1], slot[k & 1]);
+    const float a = s[0] * inv_n, c = p.is_rms ? 0.f : s[1] * inv_n;
+    X* dxr = row_ptr<X>(p.dx, row, p.dx_stride);
+    const X* drr = p.dres ? row_ptr<X>(p.dres, row, p.dres_stride) : nullptr;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      float o[VEC], r[VEC];
+      if (drr) {
+        lay.template load<X, Ld::Stream>(drr, i, r, active);
+      } else {
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) r[q] = 0.f;
+      }
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) o[q] = fmaf(rs, d[i * VEC + q] - c - xh[i * VEC + q] * a, r[q]);
+      lay.template store<X>(dxr, i, o, active);
+    }
+  }
+  if (p.tpr <= 32) write_partials<true>(aw, ab, lay, p, g, blockIdx.x / p.csize, merge_smem);
+  else write_partials<false>(aw, ab, lay, p, g, blockIdx.x / p.csize, merge_smem);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (p.csize > 1) kp::cluster_sync();
+#endif
+}
+
+// ---- multi-pass fallback: one CTA per partial, rows streamed in tiles ---------------------------
+// Pass 1: the two row sums (lines kept in L2); pass 2: re-read, dx, and read-modify-write of this
+// CTA's own fp32 partial row (no other CTA touches it). For rows too wide for registers + clusters.
+template <typename T, typename X, bool VECTOR>
+__global__ void __launch_bounds__(kMultiThreads) bwd_multipass_kernel(const BwdParams p) {
+  constexpr int E = 8;
+  using L = Lay<T, E, VECTOR>;
+  constexpr int VEC = L::VEC, NV = L::NV;
+  __shared__ float red[2][64];
+  const int tid = threadIdx.x, tpr = blockDim.x, tile = tpr * E;
+  const int64_t part = blockIdx.x, nparts = gridDim.x;
+  float* dwr = p.dw ? p.dw + part * p.cols : nullptr;
+  float* dbr = p.db ? p.db + part * p.cols : nullptr;
+  const float inv_n = 1.f / static_cast<float>(p.cols);
+  const float zero[VEC] = {};
+  for (int base = 0; base < p.cols; base += tile) {
+    const L lay{base, tid, tpr, p.cols};
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      if (dwr) lay.template store<float>(dwr, i, zero, true);
+      if (dbr) lay.template store<float>(dbr, i, zero, true);
+    }
+  }
+  auto load_w = [&](const L& lay, int i, float* w) {
+    if (p.has_w) {
+      lay.template load_tf<Ld::RO>(p.w, p.w_f32, i, w, true);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) w[k] += p.w_off;
+    } else {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) w[k] = 1.f;
+    }
+  };
+  int it = 0;
+  for (int64_t row = part; row < p.rows; row += nparts, ++it) {
+    const float mu = p.is_rms ? 0.f : p.mean[row], rs = p.rstd[row];
+    const T* dyr = row_ptr<T>(p.dy, row, p.dy_stride);
+    const X* xr = row_ptr<X>(p.x, row, p.x_stride);
+    float s[2] = {0.f, 0.f};
+    for (int base = 0; base < p.cols; base += tile) {
+      const L lay{base, tid, tpr, p.cols};
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        float d[VEC], x[VEC], w[VEC];
+        lay.template load<T, Ld::L2>(dyr, i, d, true);
+        lay.template load<X, Ld::L2>(xr, i, x, true);
+        load_w(lay, i, w);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float g = d[k] * w[k];
+          s[0] = fmaf(g, (x[k] - mu) * rs, s[0]);
+          s[1] += g;
+        }
+      }
+    }
+    kp::block_sum(s, red[it & 1]);
+    const float a = s[0] * inv_n, c = p.is_rms ? 0.f : s[1] * inv_n;
+    X* dxr = row_ptr<X>(p.dx, row, p.dx_stride);
+    const X* drr = p.dres ? row_ptr<X>(p.dres, row, p.dres_stride) : nullptr;
+    for (int base = 0; base < p.cols; base += tile) {
+      const L lay{base, tid, tpr, p.cols};
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        float d[VEC], x[VEC], w[VEC], r[VEC], o[VEC];
+        lay.template load<T, Ld::Stream>(dyr, i, d, true);
+        lay.template load<X, Ld::Stream>(xr, i, x, true);
+        load_w(lay, i, w);
+        if (drr) {
+          lay.template load<X, Ld::Stream>(drr, i, r, true);
+        } else {
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) r[k] = 0.f;
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          x[k] = (x[k] - mu) * rs;  // xhat
+          o[k] = fmaf(rs, d[k] * w[k] - c - x[k] * a, r[k]);
+        }
+        lay.template store<X>(dxr, i, o, true);
+        if (dwr) {
+          float acc[VEC];
+          lay.template load<float, Ld::L2>(dwr, i, acc, true);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) acc[k] = fmaf(d[k], x[k], acc[k]);
+          lay.template store<float>(dwr, i, acc, true);
+        }
+        if (dbr) {
+          float acc[VEC];
+          lay.template load<float, Ld::L2>(dbr, i, acc, true);
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) acc[k] += d[k];
+          lay.template store<float>(dbr, i, acc, true);
+        }
+      }
+    }
+  }
+}
+
+// ---- host ---------------------------------------------------------------------------------------
+using BwdKernel = void (*)(const BwdParams);
+
+struct Plan {
+  Team t;
+  BwdKernel kernel = nullptr;
+  size_t smem = 0;        // dynamic smem of the launch
+  size_t merge = 0;       // warp teams: the end-of-kernel merge buffer (part of smem)
+  int per_stage = 0;      // ring bytes per stage without dres, and with dres
+  int per_stage_dres = 0;
+  size_t fixed = 0;       // smem besides the ring (w_eff)
+};
+
+// Warp teams and CTA/cluster teams, E = 8, 16 or 32 (plan_bwd).
+template <typename T, typename X, typename W>
+BwdKernel ring_for_w(int e, bool wt) {
+  if (wt) return e == 8 ? bwd_ring_kernel<T, X, W, 8, true> : e == 16 ? bwd_ring_kernel<T, X, W, 16, true>
+                                                                  : bwd_ring_kernel<T, X, W, 32, true>;
+  return e == 8 ? bwd_ring_kernel<T, X, W, 8, false> : e == 16 ? bwd_ring_kernel<T, X, W, 16, false>
+                                                             : bwd_ring_kernel<T, X, W, 32, false>;
+}
+template <typename T, typename X>
+BwdKernel ring_for(int e, bool wt, bool w_f32) {
+  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, X, float>(e, wt);
+  else return w_f32 ? ring_for_w<T, X, float>(e, wt) : ring_for_w<T, X, T>(e, wt);
+}
+
+// Config table (NOTES.md). The plan (and so the number of partials) depends on the shape, dtypes and
+// device only, never on dres or which gradients are wanted.
+template <typename T, typename X>
+Plan plan_bwd(int64_t cols, bool vector, int device) {
+  Plan pl;
+  Team& t = pl.t;
+  const auto& dev = kp::device_info(device);
+  // E: registers of accumulators a thread. Narrow rows: warp teams (E 8 / 16); wider: a CTA of
+  // up to 512 threads with E = 32 (fewer, fuller threads amortize each row's fixed cost: the
+  // reduction, the loop, the copies' address math), a cluster beyond 16384 columns.
+  bool wt;
+  if (!vector) {
+    t.e = 8;
+    wt = cols <= 32 * t.e;
+  } else if (cols <= 1024) {  // warp teams: one partial per CTA (its 8+ teams merged), not per team
+    t.e = cols <= 256 ? 8 : cols <= 512 ? 16 : 32;
+    wt = true;
+  } else {
+    t.e = cols <= 2048 ? tune("KP_NORM_BWD_ESMALL", 32) : tune("KP_NORM_BWD_E", 32);
+    wt = false;
+  }
+  if (wt) {
+    t.tpr = next_pow2(static_cast<int>(cdiv(cols, t.e)));
+    t.threads = kWarpTeamCTA;
+    pl.merge = 2 * sizeof(float) * t.tpc() * cols;
+  } else {
+    const int64_t cpc = std::min<int64_t>(int64_t{kMaxThreads} * t.e, tune("KP_NORM_BWD_CPC", 1 << 30));
+    t.csize = static_cast<int>(cdiv(cols, cpc));
+    if (vector && t.csize > kMaxCluster) {  // wider accumulators / CTAs rather than >16 CTAs
+      t.e = 32;
+      t.csize = static_cast<int>(cdiv(cols, static_cast<int64_t>(kMaxThreads) * t.e));
+    }
+    t.tpr = std::max(32, round_up(cdiv(cols, static_cast<int64_t>(t.csize) * t.e), 32));
+    t.threads = t.tpr;
+    if (t.csize > 1 && (dev.major < 9 || t.csize > kMaxCluster)) t.multipass = true;
+  }
+  if (!t.multipass) {
+    if (vector) {
+      // The partial count must not depend on the weight dtype: size the plan on the act-dtype
+      // weight kernel; launch_bwd swaps in the fp32-weight twin (same shape, near-identical registers).
+      pl.kernel = ring_for<T, X>(t.e, wt, false);  // (S = 1 works too: copy, then wait)
+      pl.per_stage = t.threads * (t.e * static_cast<int>(sizeof(T) + sizeof(X)) + 8);
+      pl.per_stage_dres = pl.per_stage + t.threads * t.e * static_cast<int>(sizeof(X));
+      pl.fixed = static_cast<size_t>(t.threads) * t.e * sizeof(float);  // w_eff
+      const int bps = std::max(1, kp::blocks_per_sm(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0));
+      // Ring depth: up to 4 stages within a budget per SM and the per-CTA smem limit (1 = no prefetch).
+      const int cap = dev.smem_optin - kStaticSmemSlack - static_cast<int>(pl.fixed);
+      t.stages = std::max(1, std::min({tune("KP_NORM_BWD_STAGES", 4), tune("KP_NORM_BWD_RING", 160 << 10) / (bps * pl.per_stage),
+                                       cap / pl.per_stage_dres}));
+      pl.smem = std::max(pl.merge, static_cast<size_t>(t.stages) * pl.per_stage + pl.fixed);
+      if (pl.per_stage_dres > cap) t.multipass = true;
+    } else {
+      pl.kernel = bwd_direct_kernel<T, X>;
+      pl.smem = pl.merge;
+    }
+    if (t.csize > 1 &&
+        kp::max_active_clusters(reinterpret_cast<const void*>(pl.kernel), device, t.threads, pl.smem, t.csize) < 1)
+      t.multipass = true;
+  }
+  if (t.multipass) {
+    pl = Plan{};
+    pl.t.multipass = true;
+    pl.t.threads = pl.t.tpr = kMultiThreads;
+    pl.kernel = vector ? bwd_multipass_kernel<T, X, true> : bwd_multipass_kernel<T, X, false>;
+  }
+  return pl;
+}
+
+// Number of partial rows: as many teams as are resident at once, but no idle ones.
+int64_t num_partials(const Plan& pl, int64_t rows, int device) {
+  if (rows == 0) return 0;
+  const void* k = reinterpret_cast<const void*>(pl.kernel);
+  int64_t g;
+  if (pl.t.csize > 1) {
+    g = kp::max_active_clusters(k, device, pl.t.threads, pl.smem, pl.t.csize);
+  } else {
+    g = int64_t{kp::device_info(device).sms} * std::max(1, kp::blocks_per_sm(k, device, pl.t.threads, pl.smem));
+    if (!pl.t.multipass && pl.t.tpr <= 32) g = std::min(g, cdiv(rows, pl.t.tpc()));
+  }
+  return std::max<int64_t>(1, std::min(g, rows));
+}
+
+template <typename T, typename X>
+int64_t partials_for(int64_t rows, int64_t cols, int device) {
+  constexpr int VEC = 16 / sizeof(T);
+  // Alignment is unknown here, so the count comes from the plan the shape prefers; a call whose
+  // pointers force the scalar path runs that path with the same number of partials.
+  return num_partials(plan_bwd<T, X>(cols, cols % VEC == 0, device), rows, device);
+}
+
+template <typename T, typename X>
+void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
+  constexpr int VEC = 16 / sizeof(T);
+  const int64_t parts = partials_for<T, X>(a.rows, a.cols, device);
+  KP_CHECK_ARG((!a.dw_partial && !a.db_partial) || a.num_partials == parts,
+               "num_partials is " + std::to_string(a.num_partials) + " but norm_bwd_partials gives " +
+                   std::to_string(parts) + " for this shape");
+  const int ws = kp::dtype_size(a.weight_dtype);
+  const bool vector =
+      a.cols % VEC == 0 && kp::rows_aligned16(a.dy, a.dy_stride, sizeof(T)) &&
+      kp::rows_aligned16(a.x, a.x_stride, sizeof(X)) && kp::rows_aligned16(a.dres, a.dres_stride, sizeof(X)) &&
+      kp::rows_aligned16(a.dx, a.dx_stride, sizeof(X)) && kp::rows_aligned16(a.w, 0, ws) &&
+      kp::rows_aligned16(a.dw_partial, 0, 4) && kp::rows_aligned16(a.db_partial, 0, 4);
+  Plan pl = plan_bwd<T, X>(a.cols, vector, device);
+  if (vector && !pl.t.multipass) pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, a.weight_dtype == kp::kF32);
+  int stages = pl.t.stages;
+  if (a.dres && vector && !pl.t.multipass) {  // a third stream: fewer stages in about the same smem
+    stages = std::max(1, static_cast<int>((pl.smem - pl.fixed) / pl.per_stage_dres));
+    pl.smem = std::max(pl.merge, static_cast<size_t>(stages) * pl.per_stage_dres + pl.fixed);
+  }
+
+  BwdParams p;
+  p.dy = a.dy; p.x = a.x; p.dres = a.dres; p.w = a.w; p.mean = a.mean; p.rstd = a.rstd;
+  p.dx = a.dx; p.dw = a.dw_partial; p.db = a.db_partial;
+  p.dy_stride = a.dy_stride; p.x_stride = a.x_stride; p.dres_stride = a.dres_stride; p.dx_stride = a.dx_stride;
+  p.rows = a.rows; p.cols = static_cast<int>(a.cols);
+  p.tpr = pl.t.tpr;
+  p.csize = pl.t.multipass ? 1 : pl.t.csize;
+  p.stages = stages;
+  p.w_off = a.weight_offset;
+  p.is_rms = a.is_rms;
+  p.w_f32 = a.weight_dtype == kp::kF32;
+  p.has_w = a.w != nullptr;
+  KP_CHECK_ARG(parts * p.csize <= INT32_MAX, "grid too large");
+  kp::launch(pl.kernel, device, dim3(static_cast<unsigned>(parts * p.csize)), dim3(pl.t.threads), pl.smem, stream,
+             p.csize, p);
+}
+
+void check_rows(const char* name, const void* ptr, int64_t stride, int64_t rows, int64_t cols) {
+  KP_CHECK_ARG(ptr != nullptr, std::string(name) + " must not be null");
+  KP_CHECK_ARG(rows <= 1 || stride >= cols,
+               std::string(name) + "_stride (" + std::to_string(stride) + ") must be >= cols (" +
+                   std::to_string(cols) + ")");
+}
+
+void check_dtypes(int act, int xd) {
+  KP_CHECK_ARG(kp::valid_dtype(act), "act_dtype: unsupported dtype code " + std::to_string(act));
+  KP_CHECK_ARG(xd == act || xd == kp::kF32, "x_dtype must be act_dtype or float32 (code " + std::to_string(xd) + ")");
+}
+
+// (T, X) pairs: X is T or float.
+#define KP_DISPATCH_TX(act, xd, ...)                                   \
+  KP_DISPATCH_DTYPE(act, T, {                                          \
+    if (xd == kp::kF32) {                                              \
+      using X = float;                                                 \
+      __VA_ARGS__;                                                     \
+    } else {                                                           \
+      using X = T;                                                     \
+      __VA_ARGS__;                                                     \
+    }                                                                  \
+  })
+
+}  // namespace
+
+int64_t norm_bwd_partials(int64_t rows, int64_t cols, int act_dtype, int x_dtype, int device) {
+  check_dtypes(act_dtype, x_dtype);
+  KP_CHECK_ARG(rows >= 0, "rows must be >= 0");
+  KP_CHECK_ARG(cols >= 1 && cols <= (int64_t{1} << 30), "cols must be in [1, 2^30]");
+  if (rows == 0) return 0;
+  kp::DeviceGuard guard(device);
+  int64_t n = 0;
+  KP_DISPATCH_TX(act_dtype, x_dtype, n = partials_for<T, X>(rows, cols, device));
+  return n;
+}
+
+void norm_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
+  check_dtypes(a.act_dtype, a.x_dtype);
+  KP_CHECK_ARG(a.weight_dtype == a.act_dtype || a.weight_dtype == kp::kF32,
+               "weight_dtype must be act_dtype or float32 (code " + std::to_string(a.weight_dtype) + ")");
+  KP_CHECK_ARG(a.rows >= 0, "rows must be >= 0");
+  KP_CHECK_ARG(a.cols >= 1 && a.cols <= (int64_t{1} << 30), "cols must be in [1, 2^30]");
+  KP_CHECK_ARG(a.num_partials >= 0, "num_partials must be >= 0");
+  check_rows("dy", a.dy, a.dy_stride, a.rows, a.cols);
+  check_rows("x", a.x, a.x_stride, a.rows, a.cols);
+  check_rows("dx", a.dx, a.dx_stride, a.rows, a.cols);
+  if (a.dres) check_rows("dres", a.dres, a.dres_stride, a.rows, a.cols);
+  KP_CHECK_ARG(a.rstd != nullptr, "rstd must not be null");
+  KP_CHECK_ARG(a.is_rms || a.mean != nullptr, "mean must not be null for LayerNorm");
+  if (a.rows == 0) return;
+  kp::DeviceGuard guard(device);
+  KP_DISPATCH_TX(a.act_dtype, a.x_dtype, launch_bwd<T, X>(a, device, stream));
+}
+
+}  // namespace kp_norm
