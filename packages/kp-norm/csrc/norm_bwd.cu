@@ -473,9 +473,9 @@ Plan plan_bwd(int64_t cols, bool vector, int device) {
   Plan pl;
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
-  // E: registers of accumulators a thread. Narrow rows: warp teams (E 8 / 16); wider: a CTA of
-  // up to 512 threads with E = 32 (fewer, fuller threads amortize each row's fixed cost: the
-  // reduction, the loop, the copies' address math), a cluster beyond 16384 columns.
+  // E: accumulator registers a thread. Rows up to 1024: warp teams (E 8 / 16 / 32) whose CTA
+  // merges them into one partial; wider: CTAs with E = 32 (fewer, fuller threads amortize each
+  // row's fixed cost: the reduction, the loop, the copies' address math), clusters beyond.
   bool wt;
   if (!vector) {
     t.e = 8;
@@ -484,7 +484,7 @@ Plan plan_bwd(int64_t cols, bool vector, int device) {
     t.e = cols <= 256 ? 8 : cols <= 512 ? 16 : 32;
     wt = true;
   } else {
-    t.e = cols <= 2048 ? tune("KP_NORM_BWD_ESMALL", 32) : tune("KP_NORM_BWD_E", 32);
+    t.e = tune("KP_NORM_BWD_E", 32);
     wt = false;
   }
   if (wt) {
@@ -492,7 +492,11 @@ Plan plan_bwd(int64_t cols, bool vector, int device) {
     t.threads = kWarpTeamCTA;
     pl.merge = 2 * sizeof(float) * t.tpc() * cols;
   } else {
-    const int64_t cpc = std::min<int64_t>(int64_t{kMaxThreads} * t.e, tune("KP_NORM_BWD_CPC", 1 << 30));
+    // Columns a CTA: on sm90, rows of 8K-64K go to clusters of 256-thread CTAs (two resident an
+    // SM: one CTA's reduction and cluster barrier overlap the other's passes); wider rows, and
+    // GPUs without clusters, use up to 512 threads.
+    const int64_t split = dev.major >= 9 && cols <= 65536 ? 8192 : int64_t{1} << 30;
+    const int64_t cpc = std::min<int64_t>(int64_t{kMaxThreads} * t.e, tune("KP_NORM_BWD_CPC", static_cast<int>(split)));
     t.csize = static_cast<int>(cdiv(cols, cpc));
     if (vector && t.csize > kMaxCluster) {  // wider accumulators / CTAs rather than >16 CTAs
       t.e = 32;

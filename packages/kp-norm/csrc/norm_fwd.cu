@@ -542,9 +542,9 @@ FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32
     const int64_t chunks = cols / VEC;
     const int maxcpt = tune("KP_NORM_FWD_MAXCPT", 64 / VEC);  // 64 values a thread
     t.csize = static_cast<int>(cdiv(chunks, static_cast<int64_t>(kMaxThreads) * maxcpt));
-    // No clusters (sm80-89), or too wide for 16 CTAs: one CTA holds the whole row in its smem
-    // while that fits (one stage); beyond, the multi-pass kernel.
-    if (t.csize > 1 && (dev.major < 9 || t.csize > kMaxCluster)) t.csize = 1;
+    // Wider than 16 CTAs: 16 CTAs with wider slices. No clusters (sm80-89): one CTA holds the row
+    // in its smem. Either while a stage fits the smem; beyond, the multi-pass kernel.
+    t.csize = dev.major >= 9 ? std::min(t.csize, kMaxCluster) : 1;
     t.tpr = std::min(kMaxThreads, round_up(cdiv(chunks, static_cast<int64_t>(t.csize) * maxcpt), 32));
     t.threads = t.tpr;
     t.nv = static_cast<int>(cdiv(chunks, static_cast<int64_t>(t.csize) * t.tpr));

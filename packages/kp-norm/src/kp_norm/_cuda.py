@@ -63,9 +63,13 @@ def norm_bwd(dy, x, dres, weight, mean, rstd, is_rms, weight_offset, need_dw, ne
     rows, cols = x.shape
     dev = x.device
     dx = torch.empty((rows, cols), dtype=x.dtype, device=dev)
+    # dw needs a weight; db takes the weight's dtype, or dy's when there is none (the public API
+    # always passes a weight beside a bias, a direct op call may not).
+    need_dw = need_dw and weight is not None
+    grad_dtype = weight.dtype if weight is not None else dy.dtype
     if rows == 0:
-        zeros = None if weight is None else torch.zeros(cols, dtype=weight.dtype, device=dev)
-        return dx, zeros if need_dw else None, zeros.clone() if need_db else None
+        zeros = lambda: torch.zeros(cols, dtype=grad_dtype, device=dev)  # noqa: E731
+        return dx, zeros() if need_dw else None, zeros() if need_db else None
     w = _kernel_weight(weight, dy.dtype)
     act, xc = dtypes.code(dy.dtype), dtypes.code(x.dtype)
     index = dev.index
@@ -82,9 +86,9 @@ def norm_bwd(dy, x, dres, weight, mean, rstd, is_rms, weight_offset, need_dw, ne
     )  # fmt: skip
     dw = db = None
     if need_dw:
-        dw = torch.empty(cols, dtype=weight.dtype, device=dev)
+        dw = torch.empty(cols, dtype=grad_dtype, device=dev)
         mod.col_sum(dw_part.data_ptr(), parts, cols, dw.data_ptr(), dtypes.code(dw.dtype), index, stream)
     if need_db:
-        db = torch.empty(cols, dtype=weight.dtype, device=dev)
+        db = torch.empty(cols, dtype=grad_dtype, device=dev)
         mod.col_sum(db_part.data_ptr(), parts, cols, db.data_ptr(), dtypes.code(db.dtype), index, stream)
     return dx, dw, db
