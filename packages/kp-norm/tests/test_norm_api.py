@@ -178,3 +178,14 @@ def test_cuda_graph_capture(backend, seed):
     want = kp_norm.fused_add_rms_norm(x, r, w, backend="reference")
     torch.testing.assert_close(out[0], want[0], rtol=2e-2, atol=2e-2)
     torch.testing.assert_close(out[1], want[1], rtol=0, atol=0)
+
+
+def test_bwd_op_without_weight_gives_db_in_dy_dtype(level, seed):
+    backend, device = level
+    x = _x(seed, (6, 40), device=device)
+    with torch.no_grad():
+        _, _, mean, rstd = norm_mod.NORM_FWD(x, None, None, None, 1e-5, False, 0.0, None, True, backend)
+    dy = _x(seed + 1, (6, 40), device=device)
+    dx, dw, db = norm_mod.NORM_BWD(dy, x, None, None, mean, rstd, False, 0.0, True, True, backend)
+    assert dw.numel() == 0 and db.dtype == dy.dtype
+    kt.assert_matches_oracle(db, dy.double().sum(0), name="db")

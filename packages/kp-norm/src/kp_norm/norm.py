@@ -118,8 +118,9 @@ def _op_bwd(dy, x, dres, weight, mean, rstd, is_rms, weight_offset, need_dw, nee
 def _op_bwd_fake(dy, x, dres, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db, backend):
     dx = torch.empty_like(x, memory_format=torch.contiguous_format)
     cols = x.shape[1]
-    dw = weight.new_empty((cols,)) if need_dw else x.new_empty(_EMPTY)
-    db = weight.new_empty((cols,)) if need_db else x.new_empty(_EMPTY)
+    grad_dtype = weight.dtype if weight is not None else dy.dtype
+    dw = x.new_empty((cols,), dtype=grad_dtype) if need_dw and weight is not None else x.new_empty(_EMPTY)
+    db = x.new_empty((cols,), dtype=grad_dtype) if need_db else x.new_empty(_EMPTY)
     return dx, dw, db
 
 

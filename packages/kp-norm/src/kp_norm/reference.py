@@ -83,6 +83,7 @@ def norm_bwd(
     dx = dx * r
     if dres is not None:
         dx = dx + dres.to(acc)
-    dw = (dyf * xhat).sum(0).to(weight.dtype) if need_dw else None
-    db = dyf.sum(0).to(weight.dtype) if need_db else None
+    grad_dtype = weight.dtype if weight is not None else dy.dtype
+    dw = (dyf * xhat).sum(0).to(grad_dtype) if need_dw and weight is not None else None
+    db = dyf.sum(0).to(grad_dtype) if need_db else None
     return dx.to(x.dtype), dw, db
