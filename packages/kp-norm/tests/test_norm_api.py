@@ -189,3 +189,18 @@ def test_bwd_op_without_weight_gives_db_in_dy_dtype(level, seed):
     dx, dw, db = norm_mod.NORM_BWD(dy, x, None, None, mean, rstd, False, 0.0, True, True, backend)
     assert dw.numel() == 0 and db.dtype == dy.dtype
     kt.assert_matches_oracle(db, dy.double().sum(0), name="db")
+
+
+def test_inference_fast_path_matches_general_path(level, seed):
+    backend, device = level
+    norm_mod._FAST.clear()
+    x = _x(seed, (3, 5, 64), device=device)
+    w = _x(seed + 1, (64,), device=device)
+    b = _x(seed + 2, (64,), device=device)
+    with torch.no_grad():
+        fast = kp_norm.layer_norm(x, w, b, backend=backend)
+    assert norm_mod._FAST, "a contiguous no-grad call with a weight takes the cached fast path"
+    general = kp_norm.layer_norm(x.requires_grad_(True), w, b, backend=backend)  # grad: general path
+    torch.testing.assert_close(fast, general.detach(), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="weight has shape"):  # a cached plan never skips the checks
+        kp_norm.layer_norm(x.detach(), w[:32], b[:32], backend=backend)

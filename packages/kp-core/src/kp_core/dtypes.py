@@ -3,7 +3,8 @@ import torch
 
 FLOAT32, FLOAT16, BFLOAT16 = 0, 1, 2
 
-_CODES = {torch.float32: FLOAT32, torch.float16: FLOAT16, torch.bfloat16: BFLOAT16}
+CODES = {torch.float32: FLOAT32, torch.float16: FLOAT16, torch.bfloat16: BFLOAT16}
+_CODES = CODES
 FLOATING = tuple(_CODES)
 
 

@@ -295,6 +295,64 @@ def norm(
 
 
 # ---------------------------------------------------------------------------------------------
+# The eager inference fast path
+
+# (backend asked for, is_rms, x dtype, x device, hidden, weight dtype, weight device, weight shape,
+#  bias dtype or None) -> a runner of contiguous rows, or False where the general path must serve.
+_FAST: dict = {}
+
+
+def _make_fast(requested, is_rms, x, weight, bias):
+    cols = x.shape[-1]
+    ok = (
+        x.dtype in FLOATING and weight.dtype in FLOATING and x.dim() >= 1 and cols >= 1
+        and weight.dim() == 1 and weight.shape[0] == cols and weight.device == x.device
+        and (bias is None or (bias.dtype == weight.dtype and bias.device == x.device and bias.shape == weight.shape))
+    )  # fmt: skip
+    if not ok:
+        return False  # the general path explains what is wrong
+    name = _select(requested, x.device.type, x.device.index, x.dtype, weight.dtype, None)
+    if name == "cuda" and weight.dtype in (x.dtype, torch.float32):
+        return _cuda.inference_fwd(x.dtype, weight.dtype, None if bias is None else bias.dtype, x.device.index)
+    impl = _fwd_impl(name)
+    return lambda x2, w, b, eps, rms, offset: impl(x2, None, w, b, eps, rms, offset, None, False)[0]
+
+
+def _fast_forward(x, weight, bias, eps, is_rms, weight_offset, backend):
+    """Eager, no-grad calls with a weight on contiguous tensors: skip re-validating what a cached
+    plan already checked for this signature. None when the call needs the general path."""
+    if (
+        type(x) is not torch.Tensor or type(weight) is not torch.Tensor or x.dim() == 0
+        or not x.is_contiguous() or not weight.is_contiguous()
+        or (bias is not None and (type(bias) is not torch.Tensor or not bias.is_contiguous()))
+        or registry.is_compiling()
+    ):  # fmt: skip
+        return None
+    if torch.is_grad_enabled() and (
+        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
+    ):
+        return None
+    requested = requested_backend(backend)
+    key = (requested, is_rms, x.dtype, x.device, x.shape[-1], weight.dtype, weight.device, weight.shape,
+           None if bias is None else bias.dtype)  # fmt: skip
+    run = _FAST.get(key)
+    if run is None:
+        try:
+            run = _FAST[key] = _make_fast(requested, is_rms, x, weight, bias)
+        except Exception:
+            return None  # let the general path raise its own, clear error
+    if run is False:
+        return None
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps
+    elif not eps >= 0:
+        return None
+    if x.dim() == 2:
+        return run(x, weight, bias, float(eps), is_rms, float(weight_offset))
+    return run(x.view(-1, x.shape[-1]), weight, bias, float(eps), is_rms, float(weight_offset)).view(x.shape)
+
+
+# ---------------------------------------------------------------------------------------------
 # Public functions (exported by __init__.py)
 
 
@@ -305,11 +363,19 @@ def rms_norm(x, weight=None, eps=None, *, weight_offset=0.0, backend=None):
     `eps=None` means torch.finfo(x.dtype).eps, as in torch.nn.functional.rms_norm.
     `weight_offset=1.0` gives Gemma's (1 + weight), added in fp32.
     """
+    if weight is not None:
+        y = _fast_forward(x, weight, None, eps, True, weight_offset, backend)
+        if y is not None:
+            return y
     return norm("rms_norm", x, None, weight, None, eps, True, weight_offset, None, backend)[0]
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5, *, weight_offset=0.0, backend=None):
     """LayerNorm over the trailing `weight.dim()` dims of x: (x - mean) / sqrt(var + eps) * w + b."""
+    if weight is not None:
+        y = _fast_forward(x, weight, bias, eps, False, weight_offset, backend)
+        if y is not None:
+            return y
     return norm("layer_norm", x, None, weight, bias, eps, False, weight_offset, None, backend)[0]
 
 
