@@ -173,6 +173,29 @@ struct Lay {
   }
 };
 
+// The affine parameters of chunk i: w_eff = w + offset (1 without a weight) and the bias (0 without
+// one). P is FwdParams or BwdParams; both passes of every kernel read them this way.
+template <typename L, typename P>
+__device__ __forceinline__ void load_w(const L& lay, const P& p, int i, float* w, bool active) {
+  if (p.has_w) {
+    lay.template load_tf<kp::Ld::RO>(p.w, p.w_f32, i, w, active);
+#pragma unroll
+    for (int k = 0; k < L::VEC; ++k) w[k] += p.w_off;
+  } else {
+#pragma unroll
+    for (int k = 0; k < L::VEC; ++k) w[k] = 1.f;
+  }
+}
+template <typename L>
+__device__ __forceinline__ void load_b(const L& lay, const FwdParams& p, int i, float* b, bool active) {
+  if (p.has_b) {
+    lay.template load_tf<kp::Ld::RO>(p.b, p.w_f32, i, b, active);
+  } else {
+#pragma unroll
+    for (int k = 0; k < L::VEC; ++k) b[k] = 0.f;
+  }
+}
+
 // A thread's E elements of one row of S (T or float), kept undecoded: for 16-bit S half the
 // registers of floats. Lets loads be in flight while registers hold other data (the residual's
 // packets next to x's, the next row's packets while this row is computed).

@@ -19,18 +19,6 @@ namespace {
 
 using kp::Ld;
 
-template <typename L>
-__device__ __forceinline__ void load_w(const L& lay, const BwdParams& p, int i, float* w, bool active) {
-  if (p.has_w) {
-    lay.template load_tf<Ld::RO>(p.w, p.w_f32, i, w, active);
-#pragma unroll
-    for (int k = 0; k < L::VEC; ++k) w[k] += p.w_off;
-  } else {
-#pragma unroll
-    for (int k = 0; k < L::VEC; ++k) w[k] = 1.f;
-  }
-}
-
 // The two row sums over the team (+ the cluster: double-buffered slot, see fwd_staged_kernel).
 __device__ __forceinline__ void bwd_row_sums(float (&s)[2], const BwdParams& p, float* red, float* slot) {
   team_sum(s, p.tpr, red);
@@ -364,16 +352,6 @@ __global__ void __launch_bounds__(kMultiThreads) bwd_multipass_kernel(const BwdP
       if (dbr) lay.template store<float>(dbr, i, zero, true);
     }
   }
-  auto load_w = [&](const L& lay, int i, float* w) {
-    if (p.has_w) {
-      lay.template load_tf<Ld::RO>(p.w, p.w_f32, i, w, true);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) w[k] += p.w_off;
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) w[k] = 1.f;
-    }
-  };
   int it = 0;
   for (int64_t row = part; row < p.rows; row += nparts, ++it) {
     const float mu = p.is_rms ? 0.f : p.mean[row], rs = p.rstd[row];
@@ -387,7 +365,7 @@ __global__ void __launch_bounds__(kMultiThreads) bwd_multipass_kernel(const BwdP
         float d[VEC], x[VEC], w[VEC];
         lay.template load<T, Ld::L2>(dyr, i, d, true);
         lay.template load<X, Ld::L2>(xr, i, x, true);
-        load_w(lay, i, w);
+        load_w(lay, p, i, w, true);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           const float g = d[k] * w[k];
@@ -407,7 +385,7 @@ __global__ void __launch_bounds__(kMultiThreads) bwd_multipass_kernel(const BwdP
         float d[VEC], x[VEC], w[VEC], r[VEC], o[VEC];
         lay.template load<T, Ld::Stream>(dyr, i, d, true);
         lay.template load<X, Ld::Stream>(xr, i, x, true);
-        load_w(lay, i, w);
+        load_w(lay, p, i, w, true);
         if (drr) {
           lay.template load<X, Ld::Stream>(drr, i, r, true);
         } else {

@@ -52,20 +52,8 @@ __device__ __forceinline__ void write_out(Chunk&& chunk, const L& lay, const Fwd
   for (int i = 0; i < NV; ++i) {
     float h[VEC], w[VEC], b[VEC], o[VEC];
     chunk(i, h);
-    if (p.has_w) {
-      lay.template load_tf<Ld::RO>(p.w, p.w_f32, i, w, active);
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) w[k] += p.w_off;
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) w[k] = 1.f;
-    }
-    if (p.has_b) {
-      lay.template load_tf<Ld::RO>(p.b, p.w_f32, i, b, active);
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) b[k] = 0.f;
-    }
+    load_w(lay, p, i, w, active);
+    load_b(lay, p, i, b, active);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) o[k] = fmaf((h[k] - mean) * rstd, w[k], b[k]);
     lay.template store<T>(yr, i, o, active);
@@ -475,20 +463,8 @@ __global__ void __launch_bounds__(kMultiThreads) fwd_multipass_kernel(const FwdP
       float h[VEC], w[VEC], b[VEC], o[VEC];
       if (p.has_res_out) lay.template load_tf<Ld::Stream>(ro, p.res_f32, i, h, true);
       else load_h(lay, i, h, false);
-      if (p.has_w) {
-        lay.template load_tf<Ld::RO>(p.w, p.w_f32, i, w, true);
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) w[k] += p.w_off;
-      } else {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) w[k] = 1.f;
-      }
-      if (p.has_b) {
-        lay.template load_tf<Ld::RO>(p.b, p.w_f32, i, b, true);
-      } else {
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) b[k] = 0.f;
-      }
+      load_w(lay, p, i, w, true);
+      load_b(lay, p, i, b, true);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) o[k] = fmaf((h[k] - mean) * rstd, w[k], b[k]);
       lay.template store<T>(yr, i, o, true);
