@@ -1,7 +1,6 @@
 """`python -m kp_core`: the environment, and which backend each installed kp package would use."""
 from __future__ import annotations
 
-import importlib
 import importlib.metadata as md
 import platform
 
@@ -11,9 +10,11 @@ from . import __version__, native
 
 
 def _installed_packages() -> list:
-    """Installed kp packages, found through their `kp_core.packages` entry point."""
+    """Installed kp packages as (import name, entry point), found through the `kp_core.packages`
+    entry point group; each entry point names a function returning lines that describe the
+    package's backends."""
     eps = md.entry_points(group="kp_core.packages")
-    return sorted({ep.value for ep in eps})
+    return sorted(((ep.name, ep) for ep in eps), key=lambda t: t[0])
 
 
 def _gpu_lines() -> list:
@@ -45,18 +46,19 @@ def main() -> None:
     pkgs = _installed_packages()
     if not pkgs:
         print("no kp kernel packages installed")
-    for pkg in pkgs:
+    for pkg, ep in pkgs:
         version = md.version(pkg.replace("_", "-"))
         status = native.load(pkg)
         print(f"\n{pkg} {version}\n  native   {status.describe()}")
         if torch.cuda.is_available() and status.loaded:
             for i in range(torch.cuda.device_count()):
                 print(f"  cuda:{i}   {status.device_problem(i) or 'kernels run here'}")
-        mod = importlib.import_module(pkg)
-        describe = getattr(mod, "describe_backends", None)
-        if describe is not None:
-            for line in describe():
-                print(f"  {line}")
+        try:
+            lines = ep.load()()
+        except Exception as e:  # a broken package must not hide the others
+            lines = [f"backends: cannot describe ({type(e).__name__}: {e})"]
+        for line in lines:
+            print(f"  {line}")
 
 
 if __name__ == "__main__":
