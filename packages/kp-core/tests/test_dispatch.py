@@ -63,3 +63,13 @@ def test_context_is_per_thread(monkeypatch):
         t.start()
         t.join()
     assert seen == ["auto"]
+
+
+def test_missing_native_extension_is_reported_not_raised():
+    from kp_core import load_native
+
+    status = load_native("kp_core_no_such_package")
+    assert not status.loaded
+    assert "not importable" in status.error and "reinstall" in status.error
+    assert status.device_problem(0) == status.error
+    assert status.describe().startswith("not loaded")

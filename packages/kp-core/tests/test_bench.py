@@ -1,0 +1,33 @@
+"""The benchmark harness on CPU: every impl timed or skipped with its reason, ratios, reports."""
+import json
+
+import torch
+
+from kp_core import bench
+
+
+def _cases(quick, device):
+    for n in (1000, 4000):
+        def make(n=n):
+            return (torch.randn(n, device=device),)
+
+        def broken(x):
+            raise RuntimeError("backend unavailable here")
+
+        yield bench.Case(
+            op="scale", label=f"n={n}", params={"n": n}, make_inputs=make, bytes=8 * n,
+            impls={"kp-fast": lambda x: x * 2, "torch": lambda x: torch.mul(x, 2), "kp-broken": broken},
+        )
+
+
+def test_main_on_cpu_writes_json_and_markdown(tmp_path):
+    assert bench.main(_cases, suite="toy", argv=["--out", str(tmp_path), "--no-plot"]) == 0
+    result = json.loads((tmp_path / "toy.json").read_text())
+    rows = {(r["label"], r["impl"]): r for r in result["rows"]}
+    assert len(rows) == 6
+    ok = rows[("n=1000", "kp-fast")]
+    assert ok["status"] == "ok" and ok["ms"] > 0 and "torch" in ok["speedup"]
+    skipped = rows[("n=4000", "kp-broken")]
+    assert skipped["status"] == "skipped" and "backend unavailable here" in skipped["reason"]
+    md = (tmp_path / "toy.md").read_text()
+    assert "## scale" in md and "kp-broken" in md
