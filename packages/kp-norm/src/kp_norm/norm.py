@@ -137,6 +137,8 @@ def _backward_with(bwd, ctx, dy, dres):
     normalized, weight, mean, rstd = ctx.saved_tensors
     is_rms, weight_offset, backend, fused, x_dtype = ctx.meta
     need_dw, need_db = ctx.needs
+    if dy is None:  # only the residual output was used downstream
+        dy = torch.zeros(normalized.shape, dtype=x_dtype, device=normalized.device)
     dy = dy.contiguous() if dy.stride(-1) != 1 else dy
     if dres is not None and dres.stride(-1) != 1:
         dres = dres.contiguous()
