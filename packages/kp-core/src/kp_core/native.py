@@ -17,18 +17,19 @@ class NativeStatus:
     archs: list = field(default_factory=list)
     ptx: list = field(default_factory=list)
     cuda_runtime: Optional[int] = None
+    _problems: dict = field(default_factory=dict, repr=False)  # device index -> answer, asked once
 
     @property
     def loaded(self) -> bool:
         return self.module is not None
 
-    @functools.lru_cache(maxsize=None)
     def device_problem(self, device_index: int) -> Optional[str]:
         """None when the kernels run on that CUDA device, else a diagnostic sentence."""
         if self.module is None:
             return self.error
-        why = self.module.check_device(int(device_index))
-        return why or None
+        if device_index not in self._problems:
+            self._problems[device_index] = self.module.check_device(int(device_index)) or None
+        return self._problems[device_index]
 
     def describe(self) -> str:
         if self.module is None:
@@ -36,9 +37,6 @@ class NativeStatus:
         sass = ", ".join(f"sm_{a}" for a in self.archs) or "none"
         ptx = ", ".join(f"compute_{a}" for a in self.ptx) or "none"
         return f"loaded (machine code {sass}; PTX {ptx}; CUDA runtime {_cuda_version(self.cuda_runtime)})"
-
-    def __hash__(self) -> int:  # lru_cache on a method needs a hashable self
-        return id(self)
 
 
 def _cuda_version(v: Optional[int]) -> str:
