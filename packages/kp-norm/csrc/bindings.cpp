@@ -41,8 +41,8 @@ PYBIND11_MODULE(_C, m) {
       "y = norm(x [+ res]) * (w + weight_offset) [+ b]; optional res_out, mean, rstd");
 
   m.def("norm_bwd_partials", &kp_norm::norm_bwd_partials, py::arg("rows"), py::arg("cols"), py::arg("act_dtype"),
-        py::arg("x_dtype"), py::arg("device"),
-        "rows of the fp32 dw/db partials norm_bwd writes for this shape (0 when rows == 0)");
+        py::arg("x_dtype"), py::arg("with_db"), py::arg("device"),
+        "rows of the fp32 dw/db partials norm_bwd writes for this shape and db_partial (0 when rows == 0)");
 
   m.def(
       "norm_bwd",

@@ -35,7 +35,7 @@ struct BwdArgs {
 };
 
 void norm_fwd(const FwdArgs& a, int device, cudaStream_t stream);
-int64_t norm_bwd_partials(int64_t rows, int64_t cols, int act_dtype, int x_dtype, int device);
+int64_t norm_bwd_partials(int64_t rows, int64_t cols, int act_dtype, int x_dtype, bool with_db, int device);
 void norm_bwd(const BwdArgs& a, int device, cudaStream_t stream);
 void col_sum(const float* partial, int64_t num_partials, int64_t cols, void* out, int out_dtype, int device,
              cudaStream_t stream);
@@ -65,7 +65,8 @@ struct FwdParams {
   void* y; void* res_out; float* mean; float* rstd;
   int64_t x_stride, res_stride, y_stride, res_out_stride, rows;
   int cols, tpr, csize, stages, nv;  // nv: 16-byte chunks a thread (ring kernel)
-  float eps, w_off;
+  float eps, w_off, inv_cols;        // inv_cols = 1 / cols: no division in the kernels
+  int x_hint;                        // direct kernel's x loads: 0 plain, 1 evict-first (tuning builds only)
   bool is_rms, w_f32, res_f32, has_w, has_b, has_res, has_res_out;
 };
 
@@ -208,6 +209,7 @@ struct Raw {
   uint4 pk[VECTOR ? NV * PPC : 1];
   float sc[VECTOR ? 1 : E];  // the scalar path keeps decoded values
 
+  template <kp::Ld HINT = kp::Ld::Stream>
   __device__ __forceinline__ void load(const L& lay, const S* row, bool active) {
     if constexpr (VECTOR) {
 #pragma unroll
@@ -215,11 +217,11 @@ struct Raw {
         const int c = lay.col(i, 0);
         const bool ok = active && c < lay.cols;
 #pragma unroll
-        for (int j = 0; j < PPC; ++j) pk[i * PPC + j] = ok ? kp::ld16<kp::Ld::Stream>(row + c + j * PN) : make_uint4(0, 0, 0, 0);
+        for (int j = 0; j < PPC; ++j) pk[i * PPC + j] = ok ? kp::ld16<HINT>(row + c + j * PN) : make_uint4(0, 0, 0, 0);
       }
     } else {
 #pragma unroll
-      for (int i = 0; i < NV; ++i) lay.template load<S, kp::Ld::Stream>(row, i, sc + i * VEC, active);
+      for (int i = 0; i < NV; ++i) lay.template load<S, HINT>(row, i, sc + i * VEC, active);
     }
   }
   // Hide the packets' values from the optimizer, so values decoded from them before this point are

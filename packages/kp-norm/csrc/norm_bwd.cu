@@ -35,15 +35,18 @@ __device__ __forceinline__ void bwd_row_sums(float (&s)[2], const BwdParams& p, 
 
 // Write the accumulators as partial row `part`. CTA/cluster teams write their columns directly;
 // warp teams stage their rows in smem (`stage`, 2 * teams * cols floats) and add them in team order.
-template <bool WT, typename L, int E>
-__device__ __forceinline__ void write_partials(const float (&aw)[E], const float (&ab)[E], const L& lay,
+// ab holds the db accumulators when EB == E (db wanted); otherwise p.db is null.
+template <bool WT, typename L, int E, int EB>
+__device__ __forceinline__ void write_partials(const float (&aw)[E], const float (&ab)[EB], const L& lay,
                                                const BwdParams& p, const Geo& g, int64_t part, float* stage) {
   constexpr int VEC = L::VEC, NV = L::NV;
+  constexpr bool DB = EB == E;
   if (!WT) {
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       if (p.dw) lay.template store<float>(p.dw + part * p.cols, i, aw + i * VEC, true);
-      if (p.db) lay.template store<float>(p.db + part * p.cols, i, ab + i * VEC, true);
+      if constexpr (DB)
+        if (p.db) lay.template store<float>(p.db + part * p.cols, i, ab + i * VEC, true);
     }
   } else if (p.dw || p.db) {
     float* st_w = stage;
@@ -53,14 +56,21 @@ __device__ __forceinline__ void write_partials(const float (&aw)[E], const float
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const int c = lay.col(i, k);
-        if (c < p.cols) st_w[g.team * p.cols + c] = aw[i * VEC + k], st_b[g.team * p.cols + c] = ab[i * VEC + k];
+        if (c < p.cols) {
+          st_w[g.team * p.cols + c] = aw[i * VEC + k];
+          if constexpr (DB) st_b[g.team * p.cols + c] = ab[i * VEC + k];
+        }
       }
     __syncthreads();
     for (int c = threadIdx.x; c < p.cols; c += blockDim.x) {
       float sw = 0.f, sb = 0.f;
-      for (int t = 0; t < g.tpc; ++t) sw += st_w[t * p.cols + c], sb += st_b[t * p.cols + c];
+      for (int t = 0; t < g.tpc; ++t) {
+        sw += st_w[t * p.cols + c];
+        if constexpr (DB) sb += st_b[t * p.cols + c];
+      }
       if (p.dw) p.dw[part * p.cols + c] = sw;
-      if (p.db) p.db[part * p.cols + c] = sb;
+      if constexpr (DB)
+        if (p.db) p.db[part * p.cols + c] = sb;
     }
   }
 }
@@ -74,7 +84,9 @@ __device__ __forceinline__ void write_partials(const float (&aw)[E], const float
 // Dynamic smem: rings for dy, x, dres (when given) [stages][chunk][packet][blockDim], the
 // per-thread (mean, rstd) ring [stages][2][blockDim], then w_eff [E/4][blockDim] float4. After the
 // loop the front is reused for the warp-team merge.
-template <typename T, typename X, typename W, int E, bool WT>
+// DB: db is wanted (LayerNorm with a bias), so a second set of E accumulators lives in registers;
+// without it those registers go to occupancy (and the partial count follows, see plan_bwd).
+template <typename T, typename X, typename W, int E, bool WT, bool DB>
 __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p) {
   constexpr int VEC = 16 / sizeof(T), NV = E / VEC;
   constexpr int XPP = VEC * sizeof(X) / 16, WPP = VEC * sizeof(W) / 16;  // packets a chunk
@@ -168,11 +180,12 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
   };
   for (int s = 0; s < S - 1; ++s) issue(s, my_team + s * nteams);
 
-  float aw[E], ab[E];
+  float aw[E], ab[DB ? E : 1];
 #pragma unroll
-  for (int j = 0; j < E; ++j) aw[j] = ab[j] = 0.f;
+  for (int j = 0; j < E; ++j) aw[j] = 0.f;
+#pragma unroll
+  for (int j = 0; j < (DB ? E : 1); ++j) ab[j] = 0.f;
   const float inv_n = 1.f / static_cast<float>(p.cols);
-  const bool want_db = p.db != nullptr;
   int k = 0;
   for (int64_t lead = lead0; lead < p.rows; lead += nteams, ++k) {
     const int64_t row = my_team + (lead - lead0);
@@ -185,8 +198,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
     // Pass 1: the row sums and the dw (and db) accumulators. Idle teams and chunks past the row
     // read zeros (dy = 0), so they add nothing.
     float s2[2] = {0.f, 0.f};
-    auto pass1 = [&](auto db_tag) {
-      constexpr bool DB = decltype(db_tag)::value;
+    {
 #pragma unroll
       for (int i = 0; i < NV; ++i) {
         float d[VEC], xh[VEC], w[VEC];
@@ -203,9 +215,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
           s2[1] += g;
         }
       }
-    };
-    if (want_db) pass1(std::true_type{});
-    else pass1(std::false_type{});
+    }
     team_sum(s2, tpr, red[k & 1]);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (!WT && p.csize > 1) {  // double-buffered slot (see fwd_ring_kernel)
@@ -431,23 +441,28 @@ struct Plan {
 };
 
 // Warp teams and CTA/cluster teams, E = 8, 16 or 32 (plan_bwd).
+template <typename T, typename X, typename W, bool DB>
+BwdKernel ring_for_wd(int e, bool wt) {
+  if (wt) return e == 8 ? bwd_ring_kernel<T, X, W, 8, true, DB> : e == 16 ? bwd_ring_kernel<T, X, W, 16, true, DB>
+                                                                      : bwd_ring_kernel<T, X, W, 32, true, DB>;
+  return e == 8 ? bwd_ring_kernel<T, X, W, 8, false, DB> : e == 16 ? bwd_ring_kernel<T, X, W, 16, false, DB>
+                                                                 : bwd_ring_kernel<T, X, W, 32, false, DB>;
+}
 template <typename T, typename X, typename W>
-BwdKernel ring_for_w(int e, bool wt) {
-  if (wt) return e == 8 ? bwd_ring_kernel<T, X, W, 8, true> : e == 16 ? bwd_ring_kernel<T, X, W, 16, true>
-                                                                  : bwd_ring_kernel<T, X, W, 32, true>;
-  return e == 8 ? bwd_ring_kernel<T, X, W, 8, false> : e == 16 ? bwd_ring_kernel<T, X, W, 16, false>
-                                                             : bwd_ring_kernel<T, X, W, 32, false>;
+BwdKernel ring_for_w(int e, bool wt, bool db) {
+  return db ? ring_for_wd<T, X, W, true>(e, wt) : ring_for_wd<T, X, W, false>(e, wt);
 }
 template <typename T, typename X>
-BwdKernel ring_for(int e, bool wt, bool w_f32) {
-  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, X, float>(e, wt);
-  else return w_f32 ? ring_for_w<T, X, float>(e, wt) : ring_for_w<T, X, T>(e, wt);
+BwdKernel ring_for(int e, bool wt, bool w_f32, bool db) {
+  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, X, float>(e, wt, db);
+  else return w_f32 ? ring_for_w<T, X, float>(e, wt, db) : ring_for_w<T, X, T>(e, wt, db);
 }
 
-// Config table (NOTES.md). The plan (and so the number of partials) depends on the shape, dtypes and
-// device only, never on dres or which gradients are wanted.
+// Config table (NOTES.md). The plan (and so the number of partials) depends on the shape, dtypes,
+// whether db is wanted (its accumulators cost registers, so occupancy) and the device; never on
+// dres or the weight dtype.
 template <typename T, typename X>
-Plan plan_bwd(int64_t cols, bool vector, int device) {
+Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
   Plan pl;
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
@@ -488,7 +503,7 @@ Plan plan_bwd(int64_t cols, bool vector, int device) {
     if (vector) {
       // The partial count must not depend on the weight dtype: size the plan on the act-dtype
       // weight kernel; launch_bwd swaps in the fp32-weight twin (same shape, near-identical registers).
-      pl.kernel = ring_for<T, X>(t.e, wt, false);  // (S = 1 works too: copy, then wait)
+      pl.kernel = ring_for<T, X>(t.e, wt, false, db);  // (S = 1 works too: copy, then wait)
       pl.per_stage = t.threads * (t.e * static_cast<int>(sizeof(T) + sizeof(X)) + 8);
       pl.per_stage_dres = pl.per_stage + t.threads * t.e * static_cast<int>(sizeof(X));
       pl.fixed = static_cast<size_t>(t.threads) * t.e * sizeof(float);  // w_eff
@@ -531,17 +546,18 @@ int64_t num_partials(const Plan& pl, int64_t rows, int device) {
 }
 
 template <typename T, typename X>
-int64_t partials_for(int64_t rows, int64_t cols, int device) {
+int64_t partials_for(int64_t rows, int64_t cols, bool db, int device) {
   constexpr int VEC = 16 / sizeof(T);
   // Alignment is unknown here, so the count comes from the plan the shape prefers; a call whose
   // pointers force the scalar path runs that path with the same number of partials.
-  return num_partials(plan_bwd<T, X>(cols, cols % VEC == 0, device), rows, device);
+  return num_partials(plan_bwd<T, X>(cols, cols % VEC == 0, db, device), rows, device);
 }
 
 template <typename T, typename X>
 void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
   constexpr int VEC = 16 / sizeof(T);
-  const int64_t parts = partials_for<T, X>(a.rows, a.cols, device);
+  const bool db = a.db_partial != nullptr;
+  const int64_t parts = partials_for<T, X>(a.rows, a.cols, db, device);
   KP_CHECK_ARG((!a.dw_partial && !a.db_partial) || a.num_partials == parts,
                "num_partials is " + std::to_string(a.num_partials) + " but norm_bwd_partials gives " +
                    std::to_string(parts) + " for this shape");
@@ -551,8 +567,8 @@ void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
       kp::rows_aligned16(a.x, a.x_stride, sizeof(X)) && kp::rows_aligned16(a.dres, a.dres_stride, sizeof(X)) &&
       kp::rows_aligned16(a.dx, a.dx_stride, sizeof(X)) && kp::rows_aligned16(a.w, 0, ws) &&
       kp::rows_aligned16(a.dw_partial, 0, 4) && kp::rows_aligned16(a.db_partial, 0, 4);
-  Plan pl = plan_bwd<T, X>(a.cols, vector, device);
-  if (vector && !pl.t.multipass) pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, a.weight_dtype == kp::kF32);
+  Plan pl = plan_bwd<T, X>(a.cols, vector, db, device);
+  if (vector && !pl.t.multipass) pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, a.weight_dtype == kp::kF32, db);
   int stages = pl.t.stages;
   if (a.dres && vector && !pl.t.multipass) {  // a third stream: fewer stages in about the same smem
     stages = std::max(1, static_cast<int>((pl.smem - pl.fixed) / pl.per_stage_dres));
@@ -602,14 +618,14 @@ void check_dtypes(int act, int xd) {
 
 }  // namespace
 
-int64_t norm_bwd_partials(int64_t rows, int64_t cols, int act_dtype, int x_dtype, int device) {
+int64_t norm_bwd_partials(int64_t rows, int64_t cols, int act_dtype, int x_dtype, bool with_db, int device) {
   check_dtypes(act_dtype, x_dtype);
   KP_CHECK_ARG(rows >= 0, "rows must be >= 0");
   KP_CHECK_ARG(cols >= 1 && cols <= (int64_t{1} << 30), "cols must be in [1, 2^30]");
   if (rows == 0) return 0;
   kp::DeviceGuard guard(device);
   int64_t n = 0;
-  KP_DISPATCH_TX(act_dtype, x_dtype, n = partials_for<T, X>(rows, cols, device));
+  KP_DISPATCH_TX(act_dtype, x_dtype, n = partials_for<T, X>(rows, cols, with_db, device));
   return n;
 }
 

@@ -31,7 +31,7 @@ __device__ __forceinline__ void chan_combine(float s_here, float m2_here, int n_
   const float sr = has ? kp::ld_dsmem(slot + 0, l32) : 0.f;
   const float qr = has ? kp::ld_dsmem(slot + 1, l32) : 0.f;
   const float nr = has ? kp::ld_dsmem(slot + 2, l32) : 0.f;
-  mean = kp::warp_sum(sr) / static_cast<float>(p.cols);
+  mean = kp::warp_sum(sr) * p.inv_cols;
   const float dm = nr > 0.f ? sr / nr - mean : 0.f;
   m2 = kp::warp_sum(fmaf(nr * dm, dm, qr));
 }
@@ -253,7 +253,56 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
 // Grid: tpr <= 32: ceil(rows / teams-per-CTA) CTAs; else rows * csize CTAs (clusters of csize).
 // The row is held as raw packets of H (16-bit dtypes: half the registers of floats, so more CTAs
 // fit an SM) and decoded again in each pass; H is the dtype of h: T, or fp32 for an fp32 residual.
-template <typename T, typename H, int E, bool VECTOR, bool RES>
+// Everything that changes the instruction stream (RMS or LayerNorm, weight dtype W, residual) is a
+// template parameter: the only run-time branches left are uniform and outside the element loops.
+// 512 threads x 64 registers is what lets two 16384-wide rows share an SM (one CTA's reduction
+// barrier overlaps the other's loads), so the weights are fetched whole only when their raw
+// packets fit next to the row's (kWholeAffine); otherwise chunk by chunk as the output is written.
+// Weights (and LayerNorm's bias) of a thread's chunks as raw 16-byte packets, fetched kAhead chunks
+// before they are used so their latencies overlap each other and the reduction barrier. All of them
+// at once when they fit next to the row's packets in the 64 registers that two 512-thread CTAs an
+// SM allow (RMSNorm, 16-bit weights); otherwise two chunks ahead. Vector path only.
+template <typename T, typename W, int NV, int RAWH, bool RMS>
+struct AffinePrefetch {
+  static constexpr int VEC = 16 / sizeof(T);
+  static constexpr int WPP = VEC * static_cast<int>(sizeof(W)) / 16;  // packets a chunk
+  static constexpr int PN = kp::Packet<W>::N;
+  static constexpr int kAhead = (RAWH + NV * WPP * (RMS ? 1 : 2)) <= 8 ? NV : (NV < 1 ? NV : 1);
+  uint4 w[NV * WPP], b[RMS ? 1 : NV * WPP];
+
+  template <typename L>
+  __device__ __forceinline__ void fetch(int i, const L& lay, const FwdParams& p, bool active) {
+    if (i >= NV) return;
+    const int c = lay.col(i, 0);
+    const bool ok = active && c < lay.cols;
+#pragma unroll
+    for (int j = 0; j < WPP; ++j) {
+      if (p.has_w) w[i * WPP + j] = ok ? kp::ld16<kp::Ld::RO>(static_cast<const W*>(p.w) + c + j * PN) : make_uint4(0, 0, 0, 0);
+      if constexpr (!RMS)
+        if (p.has_b) b[i * WPP + j] = ok ? kp::ld16<kp::Ld::RO>(static_cast<const W*>(p.b) + c + j * PN) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  // Chunk i as floats: w_eff = w + offset (1 without a weight), bias (0 without one).
+  __device__ __forceinline__ void chunk(int i, const FwdParams& p, float* wv, float* bv) const {
+    if (p.has_w) {
+#pragma unroll
+      for (int j = 0; j < WPP; ++j) kp::unpack<W>(w[i * WPP + j], wv + j * PN);
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) wv[q] += p.w_off;
+    } else {
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) wv[q] = 1.f;
+    }
+    if constexpr (!RMS) {
+      if (p.has_b) {
+#pragma unroll
+        for (int j = 0; j < WPP; ++j) kp::unpack<W>(b[i * WPP + j], bv + j * PN);
+      }
+    }
+  }
+};
+
+template <typename T, typename W, typename H, int E, bool VECTOR, bool RES, bool RMS>
 __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32], float* slot) {
   using L = Lay<T, E, VECTOR>;
   constexpr int VEC = L::VEC, NV = L::NV;
@@ -291,77 +340,128 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
       }
     }
   } else {
-    h.load(lay, row_ptr<T>(p.x, row, p.x_stride), active);
+#ifdef KP_NORM_TUNING
+    if (p.x_hint) h.load(lay, row_ptr<T>(p.x, row, p.x_stride), active);
+    else
+#endif
+    // Plain loads: measured faster than evict-first (.cs) here (NOTES.md).
+    h.template load<kp::Ld::Plain>(lay, row_ptr<T>(p.x, row, p.x_stride), active);
   }
 
   // Statistics: RMS one pass; LayerNorm exact two-pass (slice mean, then squared deviations),
-  // merged over a cluster with Chan's formula. Each pass decodes the packets again.
+  // merged over a cluster with Chan's formula. Each pass decodes the packets again. The first
+  // weight chunks are fetched just before the last barrier, so they land while it waits.
+  using Aff = AffinePrefetch<T, W, NV, VECTOR ? NV * (VEC * static_cast<int>(sizeof(H)) / 16) : 0, RMS>;
+  Aff aff;
+  auto fetch_first = [&] {
+    if constexpr (VECTOR) {
+#pragma unroll
+      for (int i = 0; i < Aff::kAhead; ++i) aff.fetch(i, lay, p, active);
+    }
+  };
   int nred = 0;
-  const int n_here = max(0, min(p.tpr * E, p.cols - lay.base));
   float mean = 0.f, m2;
-  {
-    float a[1] = {0.f};
+  float a[1] = {0.f};
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    float v[VEC];
+    h.decode_chunk(i, v);
+#pragma unroll
+    for (int q = 0; q < VEC; ++q) a[0] = RMS ? fmaf(v[q], v[q], a[0]) : a[0] + v[q];
+  }
+  if constexpr (RMS) fetch_first();
+  team_sum(a, p.tpr, red[nred++ & 1]);
+  if constexpr (RMS) {
+    m2 = a[0];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (p.csize > 1) {
+      if (tid == 0) slot[0] = a[0];
+      kp::cluster_sync();
+      kp::cluster_gather_sum(slot, p.csize, a);
+      m2 = a[0];
+    }
+#endif
+  } else {
+    const int n_here = max(0, min(p.tpr * E, p.cols - lay.base));
+    const float s_here = a[0];
+    mean = n_here > 0 ? __fdividef(s_here, static_cast<float>(n_here)) : 0.f;  // n_here <= 2^30
+    h.opaque();
+    a[0] = 0.f;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       float v[VEC];
       h.decode_chunk(i, v);
 #pragma unroll
-      for (int q = 0; q < VEC; ++q) a[0] = p.is_rms ? fmaf(v[q], v[q], a[0]) : a[0] + v[q];
+      for (int q = 0; q < VEC; ++q) {
+        const float d = v[q] - mean;
+        if (lay.ok(i, q)) a[0] = fmaf(d, d, a[0]);
+      }
     }
+    fetch_first();
     team_sum(a, p.tpr, red[nred++ & 1]);
-    if (p.is_rms) {
-      m2 = a[0];
+    m2 = a[0];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if (p.csize > 1) {
-        if (tid == 0) slot[0] = a[0];
-        kp::cluster_sync();
-        kp::cluster_gather_sum(slot, p.csize, a);
-        m2 = a[0];
-      }
+    if (p.csize > 1) chan_combine(s_here, m2, n_here, p, slot, mean, m2);
 #endif
-    } else {
-      const float s_here = a[0];
-      mean = n_here > 0 ? s_here / static_cast<float>(n_here) : 0.f;
-      h.opaque();
-      a[0] = 0.f;
-#pragma unroll
-      for (int i = 0; i < NV; ++i) {
-        float v[VEC];
-        h.decode_chunk(i, v);
-#pragma unroll
-        for (int q = 0; q < VEC; ++q) {
-          const float d = v[q] - mean;
-          if (lay.ok(i, q)) a[0] = fmaf(d, d, a[0]);
-        }
-      }
-      team_sum(a, p.tpr, red[nred++ & 1]);
-      m2 = a[0];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if (p.csize > 1) chan_combine(s_here, m2, n_here, p, slot, mean, m2);
-#endif
-    }
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (p.csize > 1) kp::cluster_arrive();  // done reading the other CTAs' slots
 #endif
-  const float rstd = rsqrtf(m2 / static_cast<float>(p.cols) + p.eps);
+  const float rstd = rsqrtf(m2 * p.inv_cols + p.eps);
+  if (active && lane == 0 && crank == 0) {
+    if (p.rstd) p.rstd[row] = rstd;
+    if (!RMS && p.mean) p.mean[row] = mean;
+  }
+
+  // y = (h - mean) * rstd * w_eff + b, chunk by chunk; the x packets are made opaque so the values
+  // decoded for the statistics are not kept alive across this point.
   h.opaque();
-  write_out<T>([&](int i, float* v) { h.decode_chunk(i, v); }, lay, p, row, active, lane == 0 && crank == 0, mean,
-               rstd);
+  T* yr = row_ptr<T>(p.y, row, p.y_stride);
+  if constexpr (VECTOR) {
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      float v[VEC], w[VEC], b[VEC], o[VEC];
+      h.decode_chunk(i, v);
+      aff.chunk(i, p, w, b);
+      aff.fetch(i + Aff::kAhead, lay, p, active);  // keep kAhead chunks of weights in flight
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) {
+        const float n = RMS ? v[q] * rstd : (v[q] - mean) * rstd;
+        o[q] = !RMS && p.has_b ? fmaf(n, w[q], b[q]) : n * w[q];
+      }
+      lay.template store<T>(yr, i, o, active);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      float v[VEC], w[VEC], b[VEC], o[VEC];
+      h.decode_chunk(i, v);
+      load_w(lay, p, i, w, active);
+      if constexpr (!RMS) load_b(lay, p, i, b, active);
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) o[q] = RMS ? v[q] * rstd * w[q] : fmaf((v[q] - mean) * rstd, w[q], b[q]);
+      lay.template store<T>(yr, i, o, active);
+    }
+  }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (p.csize > 1) kp::cluster_wait();  // no CTA may exit while another still reads its slot
 #endif
 }
 
-template <typename T, int E, bool VECTOR, bool RES>
-__global__ void __launch_bounds__(kMaxThreads) fwd_direct_kernel(const FwdParams p) {
+// Two 512-thread CTAs an SM need <= 64 registers a thread: the 16-bit kernels without a residual
+// fit that without spilling, so they are held to it; the others would spill and keep 1 CTA an SM.
+template <typename T, typename W, bool RES>
+constexpr int kDirectMinBlocks = sizeof(T) == 2 && sizeof(W) == 2 && !RES ? 2 : 1;
+
+template <typename T, typename W, int E, bool VECTOR, bool RES, bool RMS>
+__global__ void __launch_bounds__(kMaxThreads, (kDirectMinBlocks<T, W, RES>)) fwd_direct_kernel(const FwdParams p) {
   __shared__ float red[2][32];
   __shared__ float slot[3];
   if constexpr (RES) {
-    if (p.res_f32) direct_body<T, float, E, VECTOR, true>(p, red, slot);
-    else direct_body<T, T, E, VECTOR, true>(p, red, slot);
+    if (p.res_f32) direct_body<T, W, float, E, VECTOR, true, RMS>(p, red, slot);
+    else direct_body<T, W, T, E, VECTOR, true, RMS>(p, red, slot);
   } else {
-    direct_body<T, T, E, VECTOR, false>(p, red, slot);
+    direct_body<T, W, T, E, VECTOR, false, RMS>(p, red, slot);
   }
 }
 
@@ -486,11 +586,21 @@ FwdKernel ring_for(bool w_f32, bool res) {
     return res ? ring_for_w<T, T, true>() : ring_for_w<T, T, false>();
   }
 }
-template <typename T, bool RES>
-FwdKernel direct_for(int e, bool vector) {
-  if (!vector) return fwd_direct_kernel<T, 8, false, RES>;
-  return e == 8 ? fwd_direct_kernel<T, 8, true, RES> : e == 16 ? fwd_direct_kernel<T, 16, true, RES>
-                                                              : fwd_direct_kernel<T, 32, true, RES>;
+template <typename T, typename W, bool RES, bool RMS>
+FwdKernel direct_for_w(int e, bool vector) {
+  if (!vector) return fwd_direct_kernel<T, W, 8, false, RES, RMS>;
+  return e == 8 ? fwd_direct_kernel<T, W, 8, true, RES, RMS> : e == 16 ? fwd_direct_kernel<T, W, 16, true, RES, RMS>
+                                                                       : fwd_direct_kernel<T, W, 32, true, RES, RMS>;
+}
+template <typename T, bool RES, bool RMS>
+FwdKernel direct_for_r(int e, bool vector, bool w_f32) {
+  if constexpr (std::is_same_v<T, float>) return direct_for_w<T, float, RES, RMS>(e, vector);
+  else return w_f32 ? direct_for_w<T, float, RES, RMS>(e, vector) : direct_for_w<T, T, RES, RMS>(e, vector);
+}
+template <typename T>
+FwdKernel direct_for(int e, bool vector, bool w_f32, bool res, bool rms) {
+  if (res) return rms ? direct_for_r<T, true, true>(e, vector, w_f32) : direct_for_r<T, true, false>(e, vector, w_f32);
+  return rms ? direct_for_r<T, false, true>(e, vector, w_f32) : direct_for_r<T, false, false>(e, vector, w_f32);
 }
 
 struct FwdPlan {
@@ -504,7 +614,7 @@ struct FwdPlan {
 // cover the row; narrow rows use warp or sub-warp teams (no CTA barrier); wider rows than 512
 // threads x 32 go to a cluster. Scalar path: E=8, one row per team, no ring.
 template <typename T>
-FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32, bool w_f32, int device) {
+FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32, bool w_f32, bool rms, int device) {
   FwdPlan pl;
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
@@ -558,7 +668,7 @@ FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32
       t.threads = t.tpr;
     }
     if (!t.multipass) {
-      pl.kernel = res ? direct_for<T, true>(t.e, vector) : direct_for<T, false>(t.e, vector);
+      pl.kernel = direct_for<T>(t.e, vector, w_f32, res, rms);
       if (t.csize > 1 && kp::max_active_clusters(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0, t.csize) < 1)
         pl.grid = 0;
       else
@@ -585,7 +695,7 @@ void launch_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
                       kp::rows_aligned16(a.res_out, a.res_out_stride, rs) && kp::rows_aligned16(a.w, 0, ws) &&
                       kp::rows_aligned16(a.b, 0, ws);
   const bool res = a.res != nullptr, res_f32 = a.res_dtype == kp::kF32;
-  const FwdPlan pl = plan_fwd<T>(a.rows, a.cols, vector, res, res_f32, a.weight_dtype == kp::kF32, device);
+  const FwdPlan pl = plan_fwd<T>(a.rows, a.cols, vector, res, res_f32, a.weight_dtype == kp::kF32, a.is_rms, device);
 
   FwdParams p;
   p.x = a.x; p.res = a.res; p.w = a.w; p.b = a.b;
@@ -594,6 +704,8 @@ void launch_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
   p.rows = a.rows; p.cols = static_cast<int>(a.cols);
   p.tpr = pl.t.tpr; p.csize = pl.t.csize; p.stages = pl.t.stages; p.nv = pl.t.nv;
   p.eps = a.eps; p.w_off = a.weight_offset;
+  p.inv_cols = 1.f / static_cast<float>(a.cols);
+  p.x_hint = tune("KP_NORM_FWD_XHINT", 0);
   p.is_rms = a.is_rms;
   p.w_f32 = a.weight_dtype == kp::kF32;
   p.res_f32 = res_f32;
@@ -631,6 +743,6 @@ void norm_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
   KP_DISPATCH_DTYPE(a.act_dtype, T, launch_fwd<T>(a, device, stream));
 }
 
-const void* probe_kernel() { return reinterpret_cast<const void*>(fwd_direct_kernel<float, 8, false, false>); }
+const void* probe_kernel() { return reinterpret_cast<const void*>(fwd_direct_kernel<float, float, 8, false, false, true>); }
 
 }  // namespace kp_norm

@@ -14,20 +14,23 @@ namespace kp {
 //   Stream: read once (ld.global.cs, evict-first in L1 and L2).
 //   L2:     read again soon by this kernel (ld.global.cg: skip L1, keep in L2).
 //   RO:     small read-only data every CTA re-reads, e.g. weights (ld.global.nc, cached in L1).
-enum class Ld { Stream, L2, RO };
+//   Plain:  the default policy (ld.global).
+enum class Ld { Stream, L2, RO, Plain };
 
 template <Ld H> __device__ __forceinline__ uint4 ld16(const void* p) {
   const uint4* q = reinterpret_cast<const uint4*>(p);
   if constexpr (H == Ld::Stream) return __ldcs(q);
   else if constexpr (H == Ld::L2) return __ldcg(q);
-  else return __ldg(q);
+  else if constexpr (H == Ld::RO) return __ldg(q);
+  else return *q;
 }
 __device__ __forceinline__ void st16(void* p, const uint4& v) { *reinterpret_cast<uint4*>(p) = v; }
 
 template <typename S, Ld H> __device__ __forceinline__ S ld1(const S* p) {
   if constexpr (H == Ld::Stream) return __ldcs(p);
   else if constexpr (H == Ld::L2) return __ldcg(p);
-  else return __ldg(p);
+  else if constexpr (H == Ld::RO) return __ldg(p);
+  else return *p;
 }
 
 // N consecutive elements of S at p (16-byte aligned, N * sizeof(S) a multiple of 16) -> N floats.

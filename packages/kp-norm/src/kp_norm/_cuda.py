@@ -99,7 +99,7 @@ def norm_bwd(dy, x, dres, weight, mean, rstd, is_rms, weight_offset, need_dw, ne
     act, xc = dtypes.code(dy.dtype), dtypes.code(x.dtype)
     index = dev.index
     mod = NATIVE.module
-    parts = mod.norm_bwd_partials(rows, cols, act, xc, index)
+    parts = mod.norm_bwd_partials(rows, cols, act, xc, bool(need_db), index)
     dw_part = torch.empty((parts, cols), dtype=_F32, device=dev) if need_dw else None
     db_part = torch.empty((parts, cols), dtype=_F32, device=dev) if need_db else None
     stream = current_stream(index)

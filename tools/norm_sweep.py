@@ -1,0 +1,140 @@
+"""Sweep kp-norm's launch configuration on a GPU: % of copy bandwidth per (config, op, hidden).
+
+    python tools/norm_sweep.py [--ops rms,layer] [--dirs fwd,bwd,bwdk] [--hidden 4096,16384]
+                               [--levels cuda,triton] [--config NAME:KEY=VAL,KEY=VAL ...] [--out f.json]
+
+Needs kp-norm built with `-C cmake.define.KP_NORM_TUNING=ON` for --config to have any effect: the
+config constants in csrc (`tune("KP_NORM_...")`) then read the environment on every call. Each
+--config sets those variables for its rows (the plain "default" config is always run first).
+
+Directions: fwd (the public function), bwd (torch.autograd.grad through the public function:
+what the benchmark times), bwdk (the native backward kernel alone: no autograd, no allocation,
+no col_sum). bf16, 256 MiB of x, median of triton.testing.do_bench; the copy ceiling is measured
+in the same run. A development tool: the committed numbers come from the benchmarks.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+HIDDEN = (1024, 2048, 4096, 8192, 16384, 65536, 262144)
+INPUT_BYTES = 256 << 20
+
+
+def _args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ops", default="rms,layer")
+    p.add_argument("--dirs", default="fwd,bwd")
+    p.add_argument("--hidden", default=",".join(map(str, HIDDEN)))
+    p.add_argument("--levels", default="cuda")
+    p.add_argument("--config", action="append", default=[], help="NAME:KEY=VAL,KEY=VAL")
+    p.add_argument("--out", default=None)
+    return p.parse_args(argv)
+
+
+def _configs(specs):
+    out = [("default", {})]
+    for spec in specs:
+        name, _, kv = spec.partition(":")
+        out.append((name, dict(item.split("=", 1) for item in kv.split(",") if item)))
+    return out
+
+
+def _case(op, direction, hidden, level):
+    import kp_norm
+    from kp_norm import _cuda
+    from kp_core import dtypes
+
+    rows = INPUT_BYTES // (hidden * 2)
+    bf16 = torch.bfloat16
+    grad = direction == "bwd"
+    x = torch.randn(rows, hidden, device="cuda", dtype=bf16, requires_grad=grad)
+    params = [torch.randn(hidden, device="cuda", dtype=bf16, requires_grad=grad) for _ in range(1 if op == "rms" else 2)]
+    n = rows * hidden
+    if op == "rms":
+        fn = lambda: kp_norm.rms_norm(x, params[0], 1e-6, backend=level)  # noqa: E731
+    else:
+        fn = lambda: kp_norm.layer_norm(x, params[0], params[1], 1e-5, backend=level)  # noqa: E731
+    if direction == "fwd":
+        return fn, 4 * n
+    dy = torch.randn(rows, hidden, device="cuda", dtype=bf16)
+    if direction == "bwd":
+        y = fn()
+        return (lambda: torch.autograd.grad(y, (x, *params), dy, retain_graph=True)), 6 * n
+    # bwdk: the native kernel alone, buffers made once.
+    assert level == "cuda", "bwdk times the native kernel"
+    is_rms = op == "rms"
+    with torch.no_grad():
+        _, _, mean, rstd = _cuda.norm_fwd(x, None, params[0], None if is_rms else params[1], 1e-5, is_rms,
+                                          0.0, bf16, True)
+    mod = _cuda.NATIVE.module
+    code = dtypes.code(bf16)
+    parts = mod.norm_bwd_partials(rows, hidden, code, code, not is_rms, 0)
+    dx = torch.empty_like(x)
+    dw = torch.empty(parts, hidden, device="cuda", dtype=torch.float32)
+    db = None if is_rms else torch.empty_like(dw)
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def run():
+        mod.norm_bwd(dy.data_ptr(), hidden, x.data_ptr(), hidden, 0, 0, params[0].data_ptr(),
+                     0 if mean is None else mean.data_ptr(), rstd.data_ptr(), dx.data_ptr(), hidden,
+                     dw.data_ptr(), 0 if db is None else db.data_ptr(), parts, rows, hidden, code, code, code,
+                     0.0, is_rms, 0, stream)
+    return run, 6 * n
+
+
+def main(argv=None) -> int:
+    a = _args(argv)
+    if not torch.cuda.is_available():
+        print("norm_sweep: no GPU here; nothing to measure.")
+        return 0
+    from kp_core.bench.ceilings import _copy
+    from kp_core.bench.timing import do_bench
+
+    copy = _copy("cuda", True, do_bench)["value"]
+    print(f"copy ceiling {copy:.0f} GB/s  ({torch.cuda.get_device_name()})", flush=True)
+    hiddens = [int(h) for h in a.hidden.split(",")]
+    rows = []
+    for name, env in _configs(a.config):
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            for op in a.ops.split(","):
+                for direction in a.dirs.split(","):
+                    for level in a.levels.split(","):
+                        if direction == "bwdk" and level != "cuda":
+                            continue
+                        line = []
+                        for h in hiddens:
+                            try:
+                                fn, nbytes = _case(op, direction, h, level)
+                                ms = do_bench(fn)
+                                pct = 100 * nbytes / ms / 1e6 / copy
+                                rows.append(dict(config=name, env=env, op=op, dir=direction, level=level, hidden=h,
+                                                 ms=ms, pct_copy=pct))
+                                line.append(f"{pct:5.1f}")
+                            except Exception as e:  # a config a shape cannot take: show it, go on
+                                line.append("  err")
+                                print(f"  {name} {op} {direction} {level} {h}: {type(e).__name__}: {e}", file=sys.stderr)
+                            finally:
+                                torch.cuda.empty_cache()
+                        print(f"{name:>12} {op:>5} {direction:>4} {level:>6} | " + " ".join(line), flush=True)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    print("hidden: " + " ".join(f"{h:>5}" for h in hiddens))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump({"copy_gbs": copy, "gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
