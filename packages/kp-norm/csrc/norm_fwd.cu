@@ -37,29 +37,6 @@ __device__ __forceinline__ void chan_combine(float s_here, float m2_here, int n_
 }
 #endif
 
-// y = (h - mean) * rstd * w_eff + b, chunk by chunk (weights are L1 hits after the first row), and
-// the saved statistics. `chunk(i, v)` yields the VEC values of chunk i.
-template <typename T, typename L, typename Chunk>
-__device__ __forceinline__ void write_out(Chunk&& chunk, const L& lay, const FwdParams& p, int64_t row, bool active,
-                                          bool leader, float mean, float rstd) {
-  constexpr int VEC = L::VEC, NV = L::NV;
-  if (active && leader) {
-    if (p.rstd) p.rstd[row] = rstd;
-    if (p.mean && !p.is_rms) p.mean[row] = mean;
-  }
-  T* yr = row_ptr<T>(p.y, row, p.y_stride);
-#pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    float h[VEC], w[VEC], b[VEC], o[VEC];
-    chunk(i, h);
-    load_w(lay, p, i, w, active);
-    load_b(lay, p, i, b, active);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) o[k] = fmaf((h[k] - mean) * rstd, w[k], b[k]);
-    lay.template store<T>(yr, i, o, active);
-  }
-}
-
 // ---- ring kernel: persistent; each row staged in smem by cp.async and read from there ----------
 // Grid: as many CTAs (clusters) as are resident at once, at most one team per row. Each team strides
 // over rows; while it works on row k, rows k+1 .. k+stages-1 are being copied into its ring. The
@@ -261,46 +238,86 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
 // Weights (and LayerNorm's bias) of a thread's chunks as raw 16-byte packets, fetched kAhead chunks
 // before they are used so their latencies overlap each other and the reduction barrier. All of them
 // at once when they fit next to the row's packets in the 64 registers that two 512-thread CTAs an
-// SM allow (RMSNorm, 16-bit weights); otherwise two chunks ahead. Vector path only.
+// SM allow (RMSNorm, 16-bit weights); otherwise one chunk ahead. Vector path only. HW / HB: the
+// weight / bias exist (compile-time, so the output loop has no branches).
 template <typename T, typename W, int NV, int RAWH, bool RMS>
 struct AffinePrefetch {
   static constexpr int VEC = 16 / sizeof(T);
   static constexpr int WPP = VEC * static_cast<int>(sizeof(W)) / 16;  // packets a chunk
   static constexpr int PN = kp::Packet<W>::N;
-  static constexpr int kAhead = (RAWH + NV * WPP * (RMS ? 1 : 2)) <= 8 ? NV : (NV < 1 ? NV : 1);
+  static constexpr int kAhead = (RAWH + NV * WPP * (RMS ? 1 : 2)) <= 8 ? NV : 1;
   uint4 w[NV * WPP], b[RMS ? 1 : NV * WPP];
 
-  template <typename L>
+  template <bool HW, bool HB, typename L>
   __device__ __forceinline__ void fetch(int i, const L& lay, const FwdParams& p, bool active) {
     if (i >= NV) return;
     const int c = lay.col(i, 0);
     const bool ok = active && c < lay.cols;
 #pragma unroll
     for (int j = 0; j < WPP; ++j) {
-      if (p.has_w) w[i * WPP + j] = ok ? kp::ld16<kp::Ld::RO>(static_cast<const W*>(p.w) + c + j * PN) : make_uint4(0, 0, 0, 0);
-      if constexpr (!RMS)
-        if (p.has_b) b[i * WPP + j] = ok ? kp::ld16<kp::Ld::RO>(static_cast<const W*>(p.b) + c + j * PN) : make_uint4(0, 0, 0, 0);
+      if constexpr (HW) w[i * WPP + j] = ok ? kp::ld16<kp::Ld::RO>(static_cast<const W*>(p.w) + c + j * PN) : make_uint4(0, 0, 0, 0);
+      if constexpr (HB && !RMS) b[i * WPP + j] = ok ? kp::ld16<kp::Ld::RO>(static_cast<const W*>(p.b) + c + j * PN) : make_uint4(0, 0, 0, 0);
     }
   }
-  // Chunk i as floats: w_eff = w + offset (1 without a weight), bias (0 without one).
-  __device__ __forceinline__ void chunk(int i, const FwdParams& p, float* wv, float* bv) const {
-    if (p.has_w) {
+  template <typename L>
+  __device__ __forceinline__ void fetch_first(const L& lay, const FwdParams& p, bool active) {
 #pragma unroll
-      for (int j = 0; j < WPP; ++j) kp::unpack<W>(w[i * WPP + j], wv + j * PN);
-#pragma unroll
-      for (int q = 0; q < VEC; ++q) wv[q] += p.w_off;
-    } else {
-#pragma unroll
-      for (int q = 0; q < VEC; ++q) wv[q] = 1.f;
+    for (int i = 0; i < kAhead; ++i) {
+      if (p.has_w) fetch<true, false>(i, lay, p, active);
+      if (!RMS && p.has_b) fetch<false, true>(i, lay, p, active);
     }
-    if constexpr (!RMS) {
-      if (p.has_b) {
+  }
+  __device__ __forceinline__ void weight(int i, float* v) const {
 #pragma unroll
-        for (int j = 0; j < WPP; ++j) kp::unpack<W>(b[i * WPP + j], bv + j * PN);
-      }
-    }
+    for (int j = 0; j < WPP; ++j) kp::unpack<W>(w[i * WPP + j], v + j * PN);
+  }
+  __device__ __forceinline__ void bias(int i, float* v) const {
+#pragma unroll
+    for (int j = 0; j < WPP; ++j) kp::unpack<W>(b[RMS ? 0 : i * WPP + j], v + j * PN);
   }
 };
+
+// y = (h - mean) * rstd * (w + offset) + b over a thread's chunks, the vector path. One loop per
+// combination of (weight?, bias?, offset != 0?), chosen once per row, so the loop body is straight
+// math: the point of this kernel is to issue few instructions per element (NOTES.md).
+template <bool RMS, typename Raw, typename Aff, typename L, typename T>
+__device__ __forceinline__ void write_rows_vec(const Raw& h, Aff& aff, const L& lay, const FwdParams& p, T* yr,
+                                               bool active, float mean, float rstd) {
+  constexpr int VEC = L::VEC, NV = L::NV;
+  auto loop = [&](auto hw_t, auto hb_t, auto ho_t) {
+    constexpr bool HW = decltype(hw_t)::value, HB = decltype(hb_t)::value && !RMS, HO = decltype(ho_t)::value;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      float v[VEC], w[VEC], b[VEC], o[VEC];
+      h.decode_chunk(i, v);
+      if constexpr (HW) aff.weight(i, w);
+      if constexpr (HB) aff.bias(i, b);
+      aff.template fetch<HW, HB>(i + Aff::kAhead, lay, p, active);
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) {
+        float n = RMS ? v[q] * rstd : (v[q] - mean) * rstd;
+        if constexpr (HW) n *= HO ? w[q] + p.w_off : w[q];
+        o[q] = HB ? n + b[q] : n;
+      }
+      lay.template store<T>(yr, i, o, active);
+    }
+  };
+  using Y = std::true_type;
+  using N = std::false_type;
+  const bool off = p.w_off != 0.f;
+  if (p.has_w) {
+    if (!RMS && p.has_b) {
+      if (off) loop(Y{}, Y{}, Y{});
+      else loop(Y{}, Y{}, N{});
+    } else {
+      if (off) loop(Y{}, N{}, Y{});
+      else loop(Y{}, N{}, N{});
+    }
+  } else {
+    if (!RMS && p.has_b) loop(N{}, Y{}, N{});
+    else loop(N{}, N{}, N{});
+  }
+}
 
 template <typename T, typename W, typename H, int E, bool VECTOR, bool RES, bool RMS>
 __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32], float* slot) {
@@ -354,10 +371,7 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
   using Aff = AffinePrefetch<T, W, NV, VECTOR ? NV * (VEC * static_cast<int>(sizeof(H)) / 16) : 0, RMS>;
   Aff aff;
   auto fetch_first = [&] {
-    if constexpr (VECTOR) {
-#pragma unroll
-      for (int i = 0; i < Aff::kAhead; ++i) aff.fetch(i, lay, p, active);
-    }
+    if constexpr (VECTOR) aff.fetch_first(lay, p, active);
   };
   int nred = 0;
   float mean = 0.f, m2;
@@ -418,19 +432,7 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
   h.opaque();
   T* yr = row_ptr<T>(p.y, row, p.y_stride);
   if constexpr (VECTOR) {
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      float v[VEC], w[VEC], b[VEC], o[VEC];
-      h.decode_chunk(i, v);
-      aff.chunk(i, p, w, b);
-      aff.fetch(i + Aff::kAhead, lay, p, active);  // keep kAhead chunks of weights in flight
-#pragma unroll
-      for (int q = 0; q < VEC; ++q) {
-        const float n = RMS ? v[q] * rstd : (v[q] - mean) * rstd;
-        o[q] = !RMS && p.has_b ? fmaf(n, w[q], b[q]) : n * w[q];
-      }
-      lay.template store<T>(yr, i, o, active);
-    }
+    write_rows_vec<RMS>(h, aff, lay, p, yr, active, mean, rstd);
   } else {
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
