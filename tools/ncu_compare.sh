@@ -8,7 +8,7 @@
 set -euo pipefail
 op=${1:-rms}; hidden=${2:-16384}; direction=${3:-fwd}
 metrics=dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__block_size,launch__grid_size,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_membar_per_issue_active.ratio,smsp__inst_executed.sum,gpu__time_duration.sum
-for backend in cuda triton; do
+for backend in ${KP_NCU_BACKENDS:-cuda triton}; do
   echo "== $backend $op $direction hidden=$hidden"
   ncu --clock-control none --target-processes all --metrics "$metrics" --kernel-name "regex:$direction" --launch-skip 2 --launch-count 2 \
     python3 - "$backend" "$op" "$hidden" "$direction" <<'PY' 2>&1 | grep -E "^\s+(dram|sm__|launch|smsp|gpu__)|==PROF==|Error" || true

@@ -50,7 +50,7 @@ constexpr int kMaxThreads = 512;   // launch bound of the row kernels: up to 128
 constexpr int kWarpTeamCTA = 256;  // CTA size when rows share a CTA
 constexpr int kMaxCluster = 16;    // sm90 limit with cudaFuncAttributeNonPortableClusterSizeAllowed
 constexpr int kMultiThreads = 512; // CTA size of the multi-pass fallbacks
-constexpr int kStaticSmemSlack = 1024;  // static smem of the kernels, kept out of the dynamic budget
+constexpr int kStaticSmemSlack = 2048;  // static smem of the kernels, kept out of the dynamic budget
 
 struct Team {
   int e = 0, tpr = 0, csize = 1, threads = 0, stages = 0, nv = 0;  // stages: cp.async ring depth; nv: chunks a thread

@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
   static_assert(E % VEC == 0 && VEC % 4 == 0, "E must be whole chunks");
   extern __shared__ uint4 ring_smem[];
   __shared__ float red[2][64];
-  __shared__ float slot[2][2];
+  __shared__ kp::ClusterExchange cx;  // the row sums of each CTA, pushed (no cluster barrier)
 
   const int tid = threadIdx.x, bd = blockDim.x, tpr = p.tpr, S = p.stages;
   int lane, team = 0, tpc = 1, crank = 0;
@@ -111,6 +111,9 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
     crank = static_cast<int>(blockIdx.x % p.csize);
     my_team = lead0 = part;
     nteams = gridDim.x / p.csize;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (p.csize > 1) cx.init(p.csize);
+#endif
   }
   const int base = crank * tpr * E;
   const bool has_dres = p.dres != nullptr;
@@ -218,10 +221,11 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
     }
     team_sum(s2, tpr, red[k & 1]);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (!WT && p.csize > 1) {  // double-buffered slot (see fwd_ring_kernel)
-      if (tid == 0) slot[k & 1][0] = s2[0], slot[k & 1][1] = s2[1];
-      kp::cluster_sync();
-      kp::cluster_gather_sum(slot[k & 1], p.csize, s2);
+    if (!WT && p.csize > 1) {
+      cx.send(k, make_float4(s2[0], s2[1], 0.f, 0.f), p.csize);
+      const float4* r = cx.wait(k, p.csize);
+      s2[0] = s2[1] = 0.f;
+      for (int i = 0; i < p.csize; ++i) s2[0] += r[i].x, s2[1] += r[i].y;
     }
 #endif
     const float a = s2[0] * inv_n, c = p.is_rms ? 0.f : s2[1] * inv_n;
@@ -257,9 +261,6 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
   g.team = team, g.tpc = tpc;
   if constexpr (WT) __syncthreads();  // the ring becomes the merge buffer
   write_partials<WT>(aw, ab, lay, p, g, part, reinterpret_cast<float*>(ring_smem));
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (!WT && p.csize > 1) kp::cluster_sync();  // keep this CTA's slots alive until the others read them
-#endif
 }
 
 // ---- direct kernel: scalar loads (unaligned rows / odd widths), next row prefetched in registers -

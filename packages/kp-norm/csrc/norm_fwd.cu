@@ -35,6 +35,19 @@ __device__ __forceinline__ void chan_combine(float s_here, float m2_here, int n_
   const float dm = nr > 0.f ? sr / nr - mean : 0.f;
   m2 = kp::warp_sum(fmaf(nr * dm, dm, qr));
 }
+
+// The same merge over partials pushed by every rank (r[rank] = (sum, M2, n, -)), in rank order.
+__device__ __forceinline__ void chan_merge(const float4* r, int csize, float inv_cols, float& mean, float& m2) {
+  float s = 0.f;
+  for (int i = 0; i < csize; ++i) s += r[i].x;
+  mean = s * inv_cols;
+  m2 = 0.f;
+  for (int i = 0; i < csize; ++i) {
+    const float4 v = r[i];
+    const float dm = v.z > 0.f ? v.x / v.z - mean : 0.f;
+    m2 += fmaf(v.z * dm, dm, v.y);
+  }
+}
 #endif
 
 // ---- ring kernel: persistent; each row staged in smem by cp.async and read from there ----------
@@ -52,12 +65,15 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
   constexpr int WPP = VEC * sizeof(W) / 16;  // weight packets a chunk
   extern __shared__ uint4 ring_smem[];
   __shared__ float red[2][32];
-  __shared__ float slot[2][3];
+  __shared__ kp::ClusterExchange cx;  // one partial per CTA per row, pushed (no cluster barrier)
 
   const int tid = threadIdx.x, bd = blockDim.x, tpr = p.tpr, nv = p.nv, S = p.stages;
   const int lane = tid, crank = static_cast<int>(blockIdx.x % p.csize);
   const int64_t my_team = blockIdx.x / p.csize, nteams = gridDim.x / p.csize, lead0 = my_team;
   const int base = crank * tpr * nv * VEC;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (p.csize > 1) cx.init(p.csize);
+#endif
   const int rppc = RES && p.res_f32 ? VEC / 4 : 1;  // residual packets a chunk (fp32 res of a 16-bit act: 2)
   uint4* const xring = ring_smem + tid;
   uint4* const rring = ring_smem + S * nv * bd + tid;
@@ -145,9 +161,10 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
       team_sum(a, tpr, red[nred++ & 1]);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       if (p.csize > 1) {
-        if (tid == 0) slot[k & 1][0] = a[0];
-        kp::cluster_sync();
-        kp::cluster_gather_sum(slot[k & 1], p.csize, a);
+        cx.send(k, make_float4(a[0], 0.f, 0.f, 0.f), p.csize);
+        const float4* r = cx.wait(k, p.csize);
+        a[0] = 0.f;
+        for (int i = 0; i < p.csize; ++i) a[0] += r[i].x;
       }
 #endif
       m2 = a[0];
@@ -178,7 +195,10 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
       team_sum(a, tpr, red[nred++ & 1]);
       m2 = a[0];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if (p.csize > 1) chan_combine(s_here, m2, n_here, p, slot[k & 1], mean, m2);
+      if (p.csize > 1) {
+        cx.send(k, make_float4(s_here, m2, static_cast<float>(n_here), 0.f), p.csize);
+        chan_merge(cx.wait(k, p.csize), p.csize, p.inv_cols, mean, m2);
+      }
 #endif
     }
     const float rstd = rsqrtf(m2 * inv_n + p.eps);
@@ -218,12 +238,9 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
       kp::st16(yr + c, kp::pack<T>(o));
     }
   }
-  kp::cp_async_wait(0);  // no copy may land in smem after the CTA is gone
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // A CTA rewrites slot[k&1] only after the next row's cluster barrier, which no CTA passes before
-  // all have read this row's slots; the last slots must outlive every reader.
-  if (p.csize > 1) kp::cluster_sync();
-#endif
+  // No copy may land in smem after the CTA is gone. Nor may a partial: but every CTA of the cluster
+  // has received all of them (it waited for each row's), so no barrier is needed to exit.
+  kp::cp_async_wait(0);
 }
 
 // ---- direct kernel: one row per team, the row in registers -------------------------------------

@@ -76,6 +76,80 @@ template <int N> __device__ __forceinline__ void cluster_gather_sum(const float*
   for (int k = 0; k < N; ++k) out[k] = lane < csize ? ld_dsmem(slot + k, lane) : 0.f;
   warp_sum(out);
 }
+
 #endif
+
+// ---- cluster exchange without a cluster barrier (sm90): st.async + mbarrier --------------------
+// barrier.cluster.arrive.release has to make this CTA's *global* stores visible cluster-wide, so it
+// costs a GPU-scope memory barrier (MEMBAR.ALL.GPU in SASS: wait for every store in flight) on
+// each use. A persistent kernel that combines per-CTA partials once per row pays that per row.
+// Instead each CTA pushes its partial (up to 4 floats) into every CTA's smem with st.async, whose
+// arrival completes bytes on the receiver's mbarrier; receivers wait on their own mbarrier only.
+// Two buffers alternate by row: a CTA sends row k+2 only after receiving every CTA's row k+1, which
+// each sends only after reading its row-k buffer (past a CTA barrier), so a buffer is never
+// overwritten while it is read. The sum over ranks is in rank order: bit-identical in every CTA.
+// The type exists for every arch (kernels declare it in __shared__); its methods only work on sm90+.
+struct ClusterExchange {
+  float4 slot[2][16];  // [buffer][sender rank]
+  uint64_t bar[2];
+
+  __device__ __forceinline__ static uint32_t saddr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  }
+  __device__ __forceinline__ void arm(int b, int csize) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(saddr(&bar[b])), "r"(csize * 16)
+                 : "memory");
+#endif
+  }
+  // Every thread of every CTA of the cluster calls this once, before the first send (it ends with
+  // a cluster barrier: no CTA may push into an mbarrier that is not initialized yet).
+  __device__ __forceinline__ void init(int csize) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) {
+      for (int b = 0; b < 2; ++b) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(saddr(&bar[b])) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+      arm(0, csize);
+      arm(1, csize);
+    }
+    cluster_sync();
+#endif
+  }
+  // Row k's partial v (the same in every thread of this CTA): lanes < csize of warp 0 push it to
+  // rank `lane`'s slot[k & 1][my rank].
+  __device__ __forceinline__ void send(int k, float4 v, int csize) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const int lane = threadIdx.x;
+    if (lane < csize) {
+      const uint32_t me = cluster_rank();
+      uint32_t dst, mb;
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(dst) : "r"(saddr(&slot[k & 1][me])), "r"(lane));
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(mb) : "r"(saddr(&bar[k & 1])), "r"(lane));
+      asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(dst),
+                   "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
+                   "r"(__float_as_uint(v.w)), "r"(mb)
+                   : "memory");
+    }
+#endif
+  }
+  // Wait for row k's partials from all csize CTAs; returns the buffer to read (slot[k & 1][r]).
+  // Thread 0 re-arms the buffer for row k + 2 as soon as it has seen row k complete.
+  __device__ __forceinline__ const float4* wait(int k, int csize) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uint32_t b = saddr(&bar[k & 1]), parity = (k >> 1) & 1;
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra WAIT;\n"
+        "}\n" ::"r"(b),
+        "r"(parity)
+        : "memory");
+    if (threadIdx.x == 0) arm(k & 1, csize);
+#endif
+    return slot[k & 1];
+  }
+};
 
 }  // namespace kp
