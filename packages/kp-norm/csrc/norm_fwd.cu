@@ -20,23 +20,8 @@ using kp::Ld;
 
 // ---- pieces shared by the kernels ---------------------------------------------------------------
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// LayerNorm over a cluster: each CTA publishes (sum, M2 about its own mean, n) for its slice; lane r
-// of every warp takes rank r's and M2 = sum_r M2_r + n_r (mean_r - mean)^2 (Chan et al.).
-__device__ __forceinline__ void chan_combine(float s_here, float m2_here, int n_here, const FwdParams& p,
-                                             float* slot, float& mean, float& m2) {
-  if (threadIdx.x == 0) slot[0] = s_here, slot[1] = m2_here, slot[2] = static_cast<float>(n_here);
-  kp::cluster_sync();
-  const int l32 = threadIdx.x & 31;
-  const bool has = l32 < p.csize;
-  const float sr = has ? kp::ld_dsmem(slot + 0, l32) : 0.f;
-  const float qr = has ? kp::ld_dsmem(slot + 1, l32) : 0.f;
-  const float nr = has ? kp::ld_dsmem(slot + 2, l32) : 0.f;
-  mean = kp::warp_sum(sr) * p.inv_cols;
-  const float dm = nr > 0.f ? sr / nr - mean : 0.f;
-  m2 = kp::warp_sum(fmaf(nr * dm, dm, qr));
-}
-
-// The same merge over partials pushed by every rank (r[rank] = (sum, M2, n, -)), in rank order.
+// LayerNorm over a cluster: each CTA pushes (sum, M2 about its own mean, n) of its slice (see
+// ClusterExchange); M2 = sum_r M2_r + n_r (mean_r - mean)^2 (Chan et al.), in rank order.
 __device__ __forceinline__ void chan_merge(const float4* r, int csize, float inv_cols, float& mean, float& m2) {
   float s = 0.f;
   for (int i = 0; i < csize; ++i) s += r[i].x;
@@ -337,7 +322,7 @@ __device__ __forceinline__ void write_rows_vec(const Raw& h, Aff& aff, const L& 
 }
 
 template <typename T, typename W, typename H, int E, bool VECTOR, bool RES, bool RMS>
-__device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32], float* slot) {
+__device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32], kp::ClusterExchange& cx) {
   using L = Lay<T, E, VECTOR>;
   constexpr int VEC = L::VEC, NV = L::NV;
   const int tid = threadIdx.x;
@@ -406,9 +391,10 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
     m2 = a[0];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (p.csize > 1) {
-      if (tid == 0) slot[0] = a[0];
-      kp::cluster_sync();
-      kp::cluster_gather_sum(slot, p.csize, a);
+      cx.send(0, make_float4(a[0], 0.f, 0.f, 0.f), p.csize);
+      const float4* r = cx.wait(0, p.csize);
+      a[0] = 0.f;
+      for (int i = 0; i < p.csize; ++i) a[0] += r[i].x;
       m2 = a[0];
     }
 #endif
@@ -432,11 +418,13 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
     team_sum(a, p.tpr, red[nred++ & 1]);
     m2 = a[0];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (p.csize > 1) chan_combine(s_here, m2, n_here, p, slot, mean, m2);
+    if (p.csize > 1) {
+      cx.send(0, make_float4(s_here, m2, static_cast<float>(n_here), 0.f), p.csize);
+      chan_merge(cx.wait(0, p.csize), p.csize, p.inv_cols, mean, m2);
+    }
 #endif
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (p.csize > 1) kp::cluster_arrive();  // done reading the other CTAs' slots
 #endif
   const float rstd = rsqrtf(m2 * p.inv_cols + p.eps);
   if (active && lane == 0 && crank == 0) {
@@ -463,7 +451,6 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
     }
   }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (p.csize > 1) kp::cluster_wait();  // no CTA may exit while another still reads its slot
 #endif
 }
 
@@ -475,12 +462,16 @@ constexpr int kDirectMinBlocks = sizeof(T) == 2 && sizeof(W) == 2 && !RES ? 2 : 
 template <typename T, typename W, int E, bool VECTOR, bool RES, bool RMS>
 __global__ void __launch_bounds__(kMaxThreads, (kDirectMinBlocks<T, W, RES>)) fwd_direct_kernel(const FwdParams p) {
   __shared__ float red[2][32];
-  __shared__ float slot[3];
+  __shared__ kp::ClusterExchange cx;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Before any load: the barrier in init() then has no stores to wait for (see ClusterExchange).
+  if (p.csize > 1) cx.init(p.csize);
+#endif
   if constexpr (RES) {
-    if (p.res_f32) direct_body<T, W, float, E, VECTOR, true, RMS>(p, red, slot);
-    else direct_body<T, W, T, E, VECTOR, true, RMS>(p, red, slot);
+    if (p.res_f32) direct_body<T, W, float, E, VECTOR, true, RMS>(p, red, cx);
+    else direct_body<T, W, T, E, VECTOR, true, RMS>(p, red, cx);
   } else {
-    direct_body<T, W, T, E, VECTOR, false, RMS>(p, red, slot);
+    direct_body<T, W, T, E, VECTOR, false, RMS>(p, red, cx);
   }
 }
 
