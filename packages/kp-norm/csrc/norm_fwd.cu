@@ -39,22 +39,27 @@ __device__ __forceinline__ void chan_merge(const float4* r, int csize, float inv
 // Grid: as many CTAs (clusters) as are resident at once, at most one team per row. Each team strides
 // over rows; while it works on row k, rows k+1 .. k+stages-1 are being copied into its ring. The
 // row is read from the ring once per pass (RMS: statistics, output; LayerNorm: mean, M2, output;
-// +1 with a residual, which writes h back into the ring), so registers don't grow with the row and
-// `nv` (16-byte chunks a thread) is a run-time value. A thread reads only the packets it copied
-// itself: cp.async.wait_group is the only synchronization the ring needs.
-// The team is the CTA (x csize: a cluster); narrower rows take the direct kernel.
-// Dynamic smem: x ring [stages][nv][blockDim] packets, then the res ring [stages][nv][rppc][blockDim].
-template <typename T, typename W, bool RES>
-__global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p) {
-  constexpr int VEC = 16 / sizeof(T);
-  constexpr int WPP = VEC * sizeof(W) / 16;  // weight packets a chunk
+// +1 with a residual, which writes h back into the ring), so registers don't grow with the row.
+// A thread holds nv <= kRingNV 16-byte chunks of a row (a run-time value; loops run to the
+// compile-time bound with the chunks past nv predicated off, so they unroll into straight code).
+// A thread reads only the packets it copied itself: cp.async.wait_group is the only
+// synchronization the ring needs. The team is the CTA (x csize: a cluster); narrower rows take
+// the direct kernel. Dynamic smem: x ring [stages][nv][blockDim] packets, then the res ring
+// [stages][nv][rppc][blockDim].
+constexpr int kRingNV = 8;
+
+// Three 512-thread CTAs an SM (a 64 KB stage each) need <= 40 registers a thread.
+template <typename T, typename W, bool RES, bool RMS>
+__global__ void __launch_bounds__(kMaxThreads, RES ? 2 : 3) fwd_ring_kernel(const FwdParams p) {
+  constexpr int VEC = 16 / sizeof(T), NVM = kRingNV;
+  constexpr int WPP = VEC * sizeof(W) / 16, PW = kp::Packet<W>::N;  // weight packets a chunk
   extern __shared__ uint4 ring_smem[];
   __shared__ float red[2][32];
   __shared__ kp::ClusterExchange cx;  // one partial per CTA per row, pushed (no cluster barrier)
 
   const int tid = threadIdx.x, bd = blockDim.x, tpr = p.tpr, nv = p.nv, S = p.stages;
-  const int lane = tid, crank = static_cast<int>(blockIdx.x % p.csize);
-  const int64_t my_team = blockIdx.x / p.csize, nteams = gridDim.x / p.csize, lead0 = my_team;
+  const int crank = static_cast<int>(blockIdx.x % p.csize);
+  const int64_t my_team = blockIdx.x / p.csize, nteams = gridDim.x / p.csize;
   const int base = crank * tpr * nv * VEC;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (p.csize > 1) cx.init(p.csize);
@@ -62,21 +67,28 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
   const int rppc = RES && p.res_f32 ? VEC / 4 : 1;  // residual packets a chunk (fp32 res of a 16-bit act: 2)
   uint4* const xring = ring_smem + tid;
   uint4* const rring = ring_smem + S * nv * bd + tid;
-  auto col = [&](int i) { return base + (i * tpr + lane) * VEC; };
+  // This thread's chunk i starts at column col(i) (the same every row); in(i): it is in the row.
+  // Recomputed where used: an IMAD is cheaper than the registers that 3 CTAs an SM cannot spare.
+  const int c0 = base + tid * VEC, cstep = tpr * VEC;
+  auto col = [&](int i) { return c0 + i * cstep; };
+  auto in = [&](int i) { return i < nv && col(i) < p.cols; };
 
   auto issue = [&](int s, int64_t r) {
     const bool act = r < p.rows;
-    const T* xrow = row_ptr<T>(p.x, r, p.x_stride);
-    for (int i = 0; i < nv; ++i) {
-      const int c = col(i);
-      const bool ok = act && c < p.cols;
-      kp::cp_async16(xring + (s * nv + i) * bd, ok ? static_cast<const void*>(xrow + c) : p.x, ok);
-      if constexpr (RES) {
-        const char* rrow = static_cast<const char*>(p.res) + r * p.res_stride * (p.res_f32 ? 4 : sizeof(T));
-        const int esz = p.res_f32 ? 4 : sizeof(T);
-        for (int j = 0; j < rppc; ++j)
-          kp::cp_async16(rring + ((s * nv + i) * rppc + j) * bd,
-                         ok ? static_cast<const void*>(rrow + (c * esz + 16 * j)) : p.res, ok);
+    const T* xrow = row_ptr<T>(p.x, act ? r : 0, p.x_stride);
+    const char* rrow = RES ? static_cast<const char*>(p.res) + (act ? r : 0) * p.res_stride * (p.res_f32 ? 4 : sizeof(T))
+                           : nullptr;
+#pragma unroll
+    for (int i = 0; i < NVM; ++i) {
+      if (i < nv) {
+        const bool ok = act && in(i);
+        kp::cp_async16(xring + (s * nv + i) * bd, ok ? static_cast<const void*>(xrow + col(i)) : p.x, ok);
+        if constexpr (RES) {
+          const int esz = p.res_f32 ? 4 : sizeof(T);
+          for (int j = 0; j < rppc; ++j)
+            kp::cp_async16(rring + ((s * nv + i) * rppc + j) * bd,
+                           ok ? static_cast<const void*>(rrow + (col(i) * esz + 16 * j)) : p.res, ok);
+        }
       }
     }
     kp::cp_async_commit();  // one group per row, empty or not, so the wait counts stay uniform
@@ -95,11 +107,8 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
   };
   for (int s = 0; s < S - 1; ++s) issue(s, my_team + s * nteams);
 
-  const float inv_n = 1.f / static_cast<float>(p.cols);
   int k = 0, nred = 0;
-  for (int64_t lead = lead0; lead < p.rows; lead += nteams, ++k) {
-    const int64_t row = my_team + (lead - lead0);
-    const bool active = row < p.rows;
+  for (int64_t row = my_team; row < p.rows; row += nteams, ++k) {  // the same trip count cluster-wide
     const int st = k % S;
     issue((k + S - 1) % S, row + (S - 1) * nteams);  // refill the stage read in the last iteration
     kp::cp_async_wait(S - 1);                         // this row's group has landed
@@ -107,10 +116,11 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
     if constexpr (RES) {  // pass 0: h = x + res, rounded to res_dtype, into the res ring and res_out
       char* orow = p.has_res_out ? static_cast<char*>(p.res_out) + row * p.res_out_stride * (p.res_f32 ? 4 : sizeof(T))
                                  : nullptr;
-      for (int i = 0; i < nv; ++i) {
+#pragma unroll
+      for (int i = 0; i < NVM; ++i) {
+        if (i >= nv) continue;
         float h[VEC], r[VEC];
         kp::unpack<T>(xring[(st * nv + i) * bd], h);
-        const int c = col(i);
         if (p.res_f32) {
           for (int j = 0; j < rppc; ++j) kp::unpack<float>(rring[((st * nv + i) * rppc + j) * bd], r + 4 * j);
 #pragma unroll
@@ -118,7 +128,7 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
           for (int j = 0; j < rppc; ++j) {
             const uint4 pk = kp::pack<float>(h + 4 * j);
             rring[((st * nv + i) * rppc + j) * bd] = pk;
-            if (orow && active && c < p.cols) kp::st16(orow + c * 4 + 16 * j, pk);
+            if (orow && in(i)) kp::st16(orow + col(i) * 4 + 16 * j, pk);
           }
         } else {
           kp::unpack<T>(rring[(st * nv + i) * bd], r);
@@ -126,7 +136,7 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
           for (int q = 0; q < VEC; ++q) h[q] += r[q];
           const uint4 pk = kp::pack<T>(h);  // the rounding to res_dtype
           rring[(st * nv + i) * bd] = pk;
-          if (orow && active && c < p.cols) kp::st16(orow + c * sizeof(T), pk);
+          if (orow && in(i)) kp::st16(orow + col(i) * sizeof(T), pk);
         }
       }
     }
@@ -134,16 +144,17 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
     // Statistics. LayerNorm: exact two-pass (slice mean, then squared deviations from it); a
     // cluster merges the CTA partials (sum, M2, n) with Chan's formula. Chunks past the row read 0.
     float mean = 0.f, m2;
-    if (p.is_rms) {
-      float a[1] = {0.f};
-#pragma unroll 4
-      for (int i = 0; i < nv; ++i) {
-        float h[VEC];
-        read_h(st, i, h);
+    float a[1] = {0.f};
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) a[0] = fmaf(h[q], h[q], a[0]);
-      }
-      team_sum(a, tpr, red[nred++ & 1]);
+    for (int i = 0; i < NVM; ++i) {
+      if (i >= nv) continue;
+      float h[VEC];
+      read_h(st, i, h);
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) a[0] = RMS ? fmaf(h[q], h[q], a[0]) : a[0] + h[q];
+    }
+    team_sum(a, tpr, red[nred++ & 1]);
+    if constexpr (RMS) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       if (p.csize > 1) {
         cx.send(k, make_float4(a[0], 0.f, 0.f, 0.f), p.csize);
@@ -154,28 +165,17 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
 #endif
       m2 = a[0];
     } else {
-      float a[1] = {0.f};
-      int n_here = 0;  // valid columns of this thread's slice: summed over the CTA below
-#pragma unroll 4
-      for (int i = 0; i < nv; ++i) {
+      const float s_here = a[0];
+      const int n_here = max(0, min(tpr * nv * VEC, p.cols - base));  // valid columns of this CTA's slice
+      mean = n_here > 0 ? __fdividef(s_here, static_cast<float>(n_here)) : 0.f;
+      a[0] = 0.f;
+#pragma unroll
+      for (int i = 0; i < NVM; ++i) {
+        if (!in(i)) continue;
         float h[VEC];
         read_h(st, i, h);
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) a[0] += h[q];
-      }
-      team_sum(a, tpr, red[nred++ & 1]);
-      const float s_here = a[0];
-      n_here = max(0, min(tpr * nv * VEC, p.cols - base));
-      mean = n_here > 0 ? s_here / static_cast<float>(n_here) : 0.f;
-      a[0] = 0.f;
-#pragma unroll 4
-      for (int i = 0; i < nv; ++i) {
-        if (col(i) < p.cols) {
-          float h[VEC];
-          read_h(st, i, h);
-#pragma unroll
-          for (int q = 0; q < VEC; ++q) a[0] = fmaf(h[q] - mean, h[q] - mean, a[0]);
-        }
+        for (int q = 0; q < VEC; ++q) a[0] = fmaf(h[q] - mean, h[q] - mean, a[0]);
       }
       team_sum(a, tpr, red[nred++ & 1]);
       m2 = a[0];
@@ -186,41 +186,53 @@ __global__ void __launch_bounds__(kMaxThreads) fwd_ring_kernel(const FwdParams p
       }
 #endif
     }
-    const float rstd = rsqrtf(m2 * inv_n + p.eps);
-    if (active && lane == 0 && crank == 0) {
+    const float rstd = rsqrtf(m2 * p.inv_cols + p.eps);
+    if (tid == 0 && crank == 0) {
       if (p.rstd) p.rstd[row] = rstd;
-      if (p.mean && !p.is_rms) p.mean[row] = mean;
+      if (!RMS && p.mean) p.mean[row] = mean;
     }
 
-    // Output: y = (h - mean) * rstd * w_eff + b; weights are L1 hits after the first row.
+    // Output: y = (h - mean) * rstd * (w + offset) + b; weights are L1 hits after the first row.
+    // One loop per (weight?, bias?, offset?) so the body has no branches (see write_rows_vec).
     T* yr = row_ptr<T>(p.y, row, p.y_stride);
-    const W* wp = static_cast<const W*>(p.w);
-    const W* bp = static_cast<const W*>(p.b);
-#pragma unroll 2
-    for (int i = 0; i < nv; ++i) {
-      const int c = col(i);
-      if (!active || c >= p.cols) continue;
-      float h[VEC], w[VEC], b[VEC], o[VEC];
-      read_h(st, i, h);
-      if (p.has_w) {
+    auto out = [&](auto hw_t, auto hb_t, auto ho_t) {
+      constexpr bool HW = decltype(hw_t)::value, HB = decltype(hb_t)::value && !RMS, HO = decltype(ho_t)::value;
 #pragma unroll
-        for (int j = 0; j < WPP; ++j) kp::unpack<W>(kp::ld16<Ld::RO>(wp + c + j * kp::Packet<W>::N), w + j * kp::Packet<W>::N);
+      for (int i = 0; i < NVM; ++i) {
+        if (!in(i)) continue;
+        float h[VEC], w[VEC], b[VEC], o[VEC];
+        if constexpr (HW) {
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) w[q] += p.w_off;
-      } else {
+          for (int j = 0; j < WPP; ++j) kp::unpack<W>(kp::ld16<Ld::RO>(static_cast<const W*>(p.w) + col(i) + j * PW), w + j * PW);
+        }
+        if constexpr (HB) {
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) w[q] = 1.f;
+          for (int j = 0; j < WPP; ++j) kp::unpack<W>(kp::ld16<Ld::RO>(static_cast<const W*>(p.b) + col(i) + j * PW), b + j * PW);
+        }
+        read_h(st, i, h);
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) {
+          float n = RMS ? h[q] * rstd : (h[q] - mean) * rstd;
+          if constexpr (HW) n *= HO ? w[q] + p.w_off : w[q];
+          o[q] = HB ? n + b[q] : n;
+        }
+        kp::st16(yr + col(i), kp::pack<T>(o));
       }
-      if (p.has_b) {
-#pragma unroll
-        for (int j = 0; j < WPP; ++j) kp::unpack<W>(kp::ld16<Ld::RO>(bp + c + j * kp::Packet<W>::N), b + j * kp::Packet<W>::N);
+    };
+    using Y = std::true_type;
+    using N = std::false_type;
+    const bool off = p.w_off != 0.f;
+    if (p.has_w) {
+      if (!RMS && p.has_b) {
+        if (off) out(Y{}, Y{}, Y{});
+        else out(Y{}, Y{}, N{});
       } else {
-#pragma unroll
-        for (int q = 0; q < VEC; ++q) b[q] = 0.f;
+        if (off) out(Y{}, N{}, Y{});
+        else out(Y{}, N{}, N{});
       }
-#pragma unroll
-      for (int q = 0; q < VEC; ++q) o[q] = fmaf((h[q] - mean) * rstd, w[q], b[q]);
-      kp::st16(yr + c, kp::pack<T>(o));
+    } else {
+      if (!RMS && p.has_b) out(N{}, Y{}, N{});
+      else out(N{}, N{}, N{});
     }
   }
   // No copy may land in smem after the CTA is gone. Nor may a partial: but every CTA of the cluster
@@ -585,16 +597,15 @@ __global__ void __launch_bounds__(kMultiThreads) fwd_multipass_kernel(const FwdP
 // ---- host ---------------------------------------------------------------------------------------
 using FwdKernel = void (*)(const FwdParams);
 
-template <typename T, typename W, bool RES>
-FwdKernel ring_for_w() { return fwd_ring_kernel<T, W, RES>; }
+template <typename T, typename W>
+FwdKernel ring_for_w(bool res, bool rms) {
+  if (res) return rms ? fwd_ring_kernel<T, W, true, true> : fwd_ring_kernel<T, W, true, false>;
+  return rms ? fwd_ring_kernel<T, W, false, true> : fwd_ring_kernel<T, W, false, false>;
+}
 template <typename T>
-FwdKernel ring_for(bool w_f32, bool res) {
-  if constexpr (std::is_same_v<T, float>) {
-    return res ? ring_for_w<T, float, true>() : ring_for_w<T, float, false>();
-  } else {
-    if (w_f32) return res ? ring_for_w<T, float, true>() : ring_for_w<T, float, false>();
-    return res ? ring_for_w<T, T, true>() : ring_for_w<T, T, false>();
-  }
+FwdKernel ring_for(bool w_f32, bool res, bool rms) {
+  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, float>(res, rms);
+  else return w_f32 ? ring_for_w<T, float>(res, rms) : ring_for_w<T, T>(res, rms);
 }
 template <typename T, typename W, bool RES, bool RMS>
 FwdKernel direct_for_w(int e, bool vector) {
@@ -636,21 +647,22 @@ FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32
     // Ring kernel: E = nv * VEC values a thread, read from smem: up to 512 threads x maxcpt chunks
     // a CTA, then a cluster of such CTAs.
     const int64_t chunks = cols / VEC;
-    const int maxcpt = tune("KP_NORM_FWD_MAXCPT", 64 / VEC);  // 64 values a thread
+    const int maxcpt = std::min(kRingNV, tune("KP_NORM_FWD_MAXCPT", kRingNV));  // 64 values (bf16) a thread
     t.csize = static_cast<int>(cdiv(chunks, static_cast<int64_t>(kMaxThreads) * maxcpt));
-    // Wider than 16 CTAs: 16 CTAs with wider slices. No clusters (sm80-89): one CTA holds the row
-    // in its smem. Either while a stage fits the smem; beyond, the multi-pass kernel.
+    // No clusters (sm80-89): one CTA. Rows it cannot hold (or a 16-CTA cluster on sm90) take the
+    // multi-pass kernel.
     t.csize = dev.major >= 9 ? std::min(t.csize, kMaxCluster) : 1;
     t.tpr = std::min(kMaxThreads, round_up(cdiv(chunks, static_cast<int64_t>(t.csize) * maxcpt), 32));
     t.threads = t.tpr;
     t.nv = static_cast<int>(cdiv(chunks, static_cast<int64_t>(t.csize) * t.tpr));
     t.e = t.nv * VEC;
+    t.multipass = t.nv > kRingNV;  // wider than 16 CTAs x 512 threads x kRingNV chunks (or one CTA, pre-sm90)
     if (!t.multipass) {
       const int per_stage = t.threads * t.e * (static_cast<int>(sizeof(T)) + (res ? (res_f32 ? 4 : sizeof(T)) : 0));
       if (per_stage > dev.smem_optin - kStaticSmemSlack) {
         t.multipass = true;
       } else {
-        pl.kernel = ring_for<T>(w_f32, res);
+        pl.kernel = ring_for<T>(w_f32, res, rms);
         const void* k = reinterpret_cast<const void*>(pl.kernel);
         // Ring depth: stages (up to 4) within a smem budget a CTA (~2 CTAs an SM); 1 = no prefetch.
         t.stages = std::max(1, std::min({tune("KP_NORM_FWD_STAGES", 4), tune("KP_NORM_FWD_RING", 100 << 10) / per_stage,

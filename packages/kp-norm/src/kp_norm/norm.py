@@ -131,6 +131,10 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(normalized, weight, mean if not is_rms else None, rstd)
     ctx.meta = (is_rms, weight_offset, backend, residual is not None, x.dtype)
     ctx.needs = (weight is not None and ctx.needs_input_grad[2], bias is not None and ctx.needs_input_grad[3])
+    # The statistics (and res_out without a residual) take no gradient, and no zeros are made for
+    # outputs nobody differentiated: each zero tensor is an allocation and a launch per backward.
+    ctx.mark_non_differentiable(*[t for t in (mean, rstd) + (() if residual is not None else (res_out,)) if t is not None])
+    ctx.set_materialize_grads(False)
 
 
 def _backward_with(bwd, ctx, dy, dres):
