@@ -66,10 +66,11 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "col_sum",
       [](uintptr_t partial, int64_t num_partials, int64_t cols, uintptr_t out, int out_dtype, int device,
-         uintptr_t stream) {
+         uintptr_t stream, uintptr_t partial2, uintptr_t out2) {
         kp_norm::col_sum(ptr<const float*>(partial), num_partials, cols, ptr<void*>(out), out_dtype, device,
-                         stream_of(stream));
+                         stream_of(stream), ptr<const float*>(partial2), ptr<void*>(out2));
       },
       py::arg("partial"), py::arg("num_partials"), py::arg("cols"), py::arg("out"), py::arg("out_dtype"),
-      py::arg("device"), py::arg("stream"), "out[j] = sum_p partial[p, j] (fp32, fixed order), as out_dtype");
+      py::arg("device"), py::arg("stream"), py::arg("partial2") = 0, py::arg("out2") = 0,
+      "out[j] = sum_p partial[p, j] (fp32, fixed order), as out_dtype; also out2 from partial2 (same launch)");
 }

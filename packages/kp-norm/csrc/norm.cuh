@@ -37,8 +37,9 @@ struct BwdArgs {
 void norm_fwd(const FwdArgs& a, int device, cudaStream_t stream);
 int64_t norm_bwd_partials(int64_t rows, int64_t cols, int act_dtype, int x_dtype, bool with_db, int device);
 void norm_bwd(const BwdArgs& a, int device, cudaStream_t stream);
+// out[j] = sum_p partial[p, j]; with partial2/out2 also out2 from partial2, in the same launch.
 void col_sum(const float* partial, int64_t num_partials, int64_t cols, void* out, int out_dtype, int device,
-             cudaStream_t stream);
+             cudaStream_t stream, const float* partial2 = nullptr, void* out2 = nullptr);
 const void* probe_kernel();  // a real kernel for check_device()
 
 // ---- launch configuration -------------------------------------------------------------------------

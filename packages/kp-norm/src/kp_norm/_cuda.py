@@ -100,8 +100,12 @@ def norm_bwd(dy, x, dres, weight, mean, rstd, is_rms, weight_offset, need_dw, ne
     index = dev.index
     mod = NATIVE.module
     parts = mod.norm_bwd_partials(rows, cols, act, xc, bool(need_db), index)
-    dw_part = torch.empty((parts, cols), dtype=_F32, device=dev) if need_dw else None
-    db_part = torch.empty((parts, cols), dtype=_F32, device=dev) if need_db else None
+    # One buffer for both partials and one col_sum launch for dw and db: fewer host steps ahead of
+    # the kernels (for a large backward, the host time before the first launch is exposed).
+    n_part = int(need_dw) + int(need_db)
+    part = torch.empty((n_part, parts, cols), dtype=_F32, device=dev) if n_part else None
+    dw_part = part[0] if need_dw else None
+    db_part = part[n_part - 1] if need_db else None
     stream = current_stream(index)
     mod.norm_bwd(
         dy.data_ptr(), dy.stride(0), x.data_ptr(), x.stride(0), _ptr(dres), _stride(dres),
@@ -109,11 +113,10 @@ def norm_bwd(dy, x, dres, weight, mean, rstd, is_rms, weight_offset, need_dw, ne
         parts, rows, cols, act, xc, dtypes.code(w.dtype if w is not None else dy.dtype),
         float(weight_offset), bool(is_rms), index, stream,
     )  # fmt: skip
-    dw = db = None
-    if need_dw:
-        dw = torch.empty(cols, dtype=grad_dtype, device=dev)
-        mod.col_sum(dw_part.data_ptr(), parts, cols, dw.data_ptr(), dtypes.code(dw.dtype), index, stream)
-    if need_db:
-        db = torch.empty(cols, dtype=grad_dtype, device=dev)
-        mod.col_sum(db_part.data_ptr(), parts, cols, db.data_ptr(), dtypes.code(db.dtype), index, stream)
+    dw = torch.empty(cols, dtype=grad_dtype, device=dev) if need_dw else None
+    db = torch.empty(cols, dtype=grad_dtype, device=dev) if need_db else None
+    if n_part:
+        first, second = (dw, db) if need_dw else (db, None)
+        mod.col_sum(part[0].data_ptr(), parts, cols, first.data_ptr(), dtypes.code(grad_dtype), index, stream,
+                    _ptr(part[1]) if second is not None else 0, _ptr(second))  # fmt: skip
     return dx, dw, db
