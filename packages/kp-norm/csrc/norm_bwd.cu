@@ -86,10 +86,7 @@ __device__ __forceinline__ void write_partials(const float (&aw)[E], const float
 // loop the front is reused for the warp-team merge.
 // DB: db is wanted (LayerNorm with a bias), so a second set of E accumulators lives in registers;
 // without it those registers go to occupancy (and the partial count follows, see plan_bwd).
-// WG: w_eff is read from global memory (L1/L2 hits) in each pass instead of a per-thread fp32 copy
-// in smem, leaving that smem to a deeper ring: for the widest rows (one CTA an SM) the ring depth,
-// not the issue rate, is what limits the bytes in flight.
-template <typename T, typename X, typename W, int E, bool WT, bool DB, bool WG>
+template <typename T, typename X, typename W, int E, bool WT, bool DB>
 __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p) {
   constexpr int VEC = 16 / sizeof(T), NV = E / VEC;
   constexpr int XPP = VEC * sizeof(X) / 16, WPP = VEC * sizeof(W) / 16;  // packets a chunk
@@ -131,24 +128,20 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
   bool okc[NV];
 #pragma unroll
   for (int i = 0; i < NV; ++i) cols_[i] = base + (i * tpr + lane) * VEC, okc[i] = cols_[i] < p.cols;
-  const W* wp = static_cast<const W*>(p.w);
-  // w_eff of chunk i from global memory: w + offset, 1 without a weight, 0 past the row.
-  auto load_w_eff = [&](int i, float* w) {
-    if (p.has_w && okc[i]) {
-#pragma unroll
-      for (int j = 0; j < WPP; ++j) kp::unpack<W>(kp::ld16<Ld::RO>(wp + cols_[i] + j * kp::Packet<W>::N), w + j * kp::Packet<W>::N);
-#pragma unroll
-      for (int q = 0; q < VEC; ++q) w[q] += p.w_off;
-    } else {
-#pragma unroll
-      for (int q = 0; q < VEC; ++q) w[q] = p.has_w ? 0.f : 1.f;
-    }
-  };
-  if constexpr (!WG) {  // w_eff once: fp32, thread-private slots (no barrier needed)
+  {  // w_eff once: fp32, thread-private slots (no barrier needed)
+    const W* wp = static_cast<const W*>(p.w);
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       float w[VEC];
-      load_w_eff(i, w);
+      if (p.has_w && okc[i]) {
+#pragma unroll
+        for (int j = 0; j < WPP; ++j) kp::unpack<W>(kp::ld16<Ld::RO>(wp + cols_[i] + j * kp::Packet<W>::N), w + j * kp::Packet<W>::N);
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) w[q] += p.w_off;
+      } else {
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) w[q] = p.has_w ? 0.f : 1.f;
+      }
 #pragma unroll
       for (int j = 0; j < VEC / 4; ++j) wsm[(i * (VEC / 4) + j) * bd] = make_float4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
     }
@@ -182,14 +175,10 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
     for (int j = 0; j < XPP; ++j) kp::unpack<X>(rx[((s * NV + i) * XPP + j) * bd], v + j * kp::Packet<X>::N);
   };
   auto read_w = [&](int i, float* w) {
-    if constexpr (WG) {
-      load_w_eff(i, w);
-    } else {
 #pragma unroll
-      for (int j = 0; j < VEC / 4; ++j) {
-        const float4 f = wsm[(i * (VEC / 4) + j) * bd];
-        w[4 * j] = f.x, w[4 * j + 1] = f.y, w[4 * j + 2] = f.z, w[4 * j + 3] = f.w;
-      }
+    for (int j = 0; j < VEC / 4; ++j) {
+      const float4 f = wsm[(i * (VEC / 4) + j) * bd];
+      w[4 * j] = f.x, w[4 * j + 1] = f.y, w[4 * j + 2] = f.z, w[4 * j + 3] = f.w;
     }
   };
   for (int s = 0; s < S - 1; ++s) issue(s, my_team + s * nteams);
@@ -450,28 +439,24 @@ struct Plan {
   int per_stage = 0;      // ring bytes per stage without dres, and with dres
   int per_stage_dres = 0;
   size_t fixed = 0;       // smem besides the ring (w_eff)
-  bool wg = false;        // w_eff read from global memory (no smem copy)
 };
 
 // Warp teams and CTA/cluster teams, E = 8, 16 or 32 (plan_bwd).
-// Warp teams and CTA/cluster teams, E = 8, 16 or 32; WG (weights from global) only for CTA teams
-// with E = 32, the widest rows (plan_bwd).
 template <typename T, typename X, typename W, bool DB>
-BwdKernel ring_for_wd(int e, bool wt, bool wg) {
-  if (wt) return e == 8 ? bwd_ring_kernel<T, X, W, 8, true, DB, false> : e == 16 ? bwd_ring_kernel<T, X, W, 16, true, DB, false>
-                                                                             : bwd_ring_kernel<T, X, W, 32, true, DB, false>;
-  if (wg) return bwd_ring_kernel<T, X, W, 32, false, DB, true>;
-  return e == 8 ? bwd_ring_kernel<T, X, W, 8, false, DB, false> : e == 16 ? bwd_ring_kernel<T, X, W, 16, false, DB, false>
-                                                                        : bwd_ring_kernel<T, X, W, 32, false, DB, false>;
+BwdKernel ring_for_wd(int e, bool wt) {
+  if (wt) return e == 8 ? bwd_ring_kernel<T, X, W, 8, true, DB> : e == 16 ? bwd_ring_kernel<T, X, W, 16, true, DB>
+                                                                      : bwd_ring_kernel<T, X, W, 32, true, DB>;
+  return e == 8 ? bwd_ring_kernel<T, X, W, 8, false, DB> : e == 16 ? bwd_ring_kernel<T, X, W, 16, false, DB>
+                                                                 : bwd_ring_kernel<T, X, W, 32, false, DB>;
 }
 template <typename T, typename X, typename W>
-BwdKernel ring_for_w(int e, bool wt, bool db, bool wg) {
-  return db ? ring_for_wd<T, X, W, true>(e, wt, wg) : ring_for_wd<T, X, W, false>(e, wt, wg);
+BwdKernel ring_for_w(int e, bool wt, bool db) {
+  return db ? ring_for_wd<T, X, W, true>(e, wt) : ring_for_wd<T, X, W, false>(e, wt);
 }
 template <typename T, typename X>
-BwdKernel ring_for(int e, bool wt, bool w_f32, bool db, bool wg) {
-  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, X, float>(e, wt, db, wg);
-  else return w_f32 ? ring_for_w<T, X, float>(e, wt, db, wg) : ring_for_w<T, X, T>(e, wt, db, wg);
+BwdKernel ring_for(int e, bool wt, bool w_f32, bool db) {
+  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, X, float>(e, wt, db);
+  else return w_f32 ? ring_for_w<T, X, float>(e, wt, db) : ring_for_w<T, X, T>(e, wt, db);
 }
 
 // Config table (NOTES.md). The plan (and so the number of partials) depends on the shape, dtypes,
@@ -519,18 +504,14 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
     if (vector) {
       // The partial count must not depend on the weight dtype: size the plan on the act-dtype
       // weight kernel; launch_bwd swaps in the fp32-weight twin (same shape, near-identical registers).
-      // Clusters of 8+ CTAs (rows of 64K+ columns) run one CTA an SM: their smem goes to the ring
-      // and w_eff is read from global memory (WG).
-      pl.wg = !wt && t.e == 32 && t.csize >= tune("KP_NORM_BWD_WGMIN", 8);
-      pl.kernel = ring_for<T, X>(t.e, wt, false, db, pl.wg);  // (S = 1 works too: copy, then wait)
+      pl.kernel = ring_for<T, X>(t.e, wt, false, db);  // (S = 1 works too: copy, then wait)
       pl.per_stage = t.threads * (t.e * static_cast<int>(sizeof(T) + sizeof(X)) + 8);
       pl.per_stage_dres = pl.per_stage + t.threads * t.e * static_cast<int>(sizeof(X));
-      pl.fixed = pl.wg ? 0 : static_cast<size_t>(t.threads) * t.e * sizeof(float);  // w_eff
+      pl.fixed = static_cast<size_t>(t.threads) * t.e * sizeof(float);  // w_eff
       const int bps = std::max(1, kp::blocks_per_sm(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0));
       // Ring depth: up to 4 stages within a budget per SM and the per-CTA smem limit (1 = no prefetch).
       const int cap = dev.smem_optin - kStaticSmemSlack - static_cast<int>(pl.fixed);
-      const int budget = tune("KP_NORM_BWD_RING", pl.wg ? cap : 160 << 10);
-      t.stages = std::max(1, std::min({tune("KP_NORM_BWD_STAGES", 4), budget / (bps * pl.per_stage),
+      t.stages = std::max(1, std::min({tune("KP_NORM_BWD_STAGES", 4), tune("KP_NORM_BWD_RING", 160 << 10) / (bps * pl.per_stage),
                                        cap / pl.per_stage_dres}));
       pl.smem = std::max(pl.merge, static_cast<size_t>(t.stages) * pl.per_stage + pl.fixed);
       if (pl.per_stage_dres > cap) t.multipass = true;
@@ -588,7 +569,7 @@ void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
       kp::rows_aligned16(a.dx, a.dx_stride, sizeof(X)) && kp::rows_aligned16(a.w, 0, ws) &&
       kp::rows_aligned16(a.dw_partial, 0, 4) && kp::rows_aligned16(a.db_partial, 0, 4);
   Plan pl = plan_bwd<T, X>(a.cols, vector, db, device);
-  if (vector && !pl.t.multipass) pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, a.weight_dtype == kp::kF32, db, pl.wg);
+  if (vector && !pl.t.multipass) pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, a.weight_dtype == kp::kF32, db);
   int stages = pl.t.stages;
   if (a.dres && vector && !pl.t.multipass) {  // a third stream: fewer stages in about the same smem
     stages = std::max(1, static_cast<int>((pl.smem - pl.fixed) / pl.per_stage_dres));
