@@ -8,6 +8,7 @@
 # for the release set), KP_OUT (logs and results; default ./.gpu-check), KP_BENCH_ARGS (passed to
 # every bench script, e.g. "--quick"), KP_WHEELS (a folder of extra wheels to install first, e.g.
 # liger-kernel for the competitor columns).
+# KP_GIT_REV: the revision the reports should name, when this machine's .git is a stale copy.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${KP_OUT:-$ROOT/.gpu-check}

@@ -31,3 +31,12 @@ def test_main_on_cpu_writes_json_and_markdown(tmp_path):
     assert skipped["status"] == "skipped" and "backend unavailable here" in skipped["reason"]
     md = (tmp_path / "toy.md").read_text()
     assert "## scale" in md and "kp-broken" in md
+
+
+def test_git_revision_can_be_given(monkeypatch, tmp_path):
+    # A GPU machine's copy of the tree may carry a stale .git: KP_GIT_REV names the real revision.
+    from kp_core.bench import env
+    monkeypatch.setenv("KP_GIT_REV", "abc1234")
+    assert env._git_describe(tmp_path) == "abc1234"
+    monkeypatch.delenv("KP_GIT_REV")
+    assert env._git_describe(tmp_path) != "abc1234"

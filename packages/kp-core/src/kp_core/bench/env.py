@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.metadata
+import os
 import platform
 import re
 import subprocess
@@ -63,6 +64,10 @@ def _versions() -> dict[str, str]:
 
 
 def _git_describe(repo: Path) -> str | None:
+    # A GPU machine that gets a copy of the working tree may hold a stale .git; whoever sent the
+    # tree knows the revision and can say so.
+    if os.environ.get("KP_GIT_REV"):
+        return os.environ["KP_GIT_REV"]
     try:
         r = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
                            text=True, timeout=10, cwd=repo)
