@@ -3,7 +3,7 @@
 // over the rows, each thread keeps the dw/db accumulators of its columns in registers across all
 // its rows, and each team (CTA or cluster; the warp teams of a CTA are merged at the end) writes one
 // fp32 partial row; col_sum.cu adds them. The rows of a partial are fixed by (rows, cols, dtypes,
-// device), so the result is deterministic. The main kernel stages dy, x (and dres, mean, rstd) of
+// whether db is wanted, device), so the result is deterministic. The main kernel stages dy, x (and dres, mean, rstd) of
 // the next rows in a per-thread cp.async ring, and re-reads the row from it for the second pass, so
 // its registers hold little besides the accumulators.
 #include <algorithm>
@@ -19,7 +19,8 @@ namespace {
 
 using kp::Ld;
 
-// The two row sums over the team (+ the cluster: double-buffered slot, see fwd_staged_kernel).
+// The two row sums over the team (+ the cluster, through a double-buffered slot and a cluster
+// barrier per row: this is the scalar fallback; the ring kernel pushes partials instead).
 __device__ __forceinline__ void bwd_row_sums(float (&s)[2], const BwdParams& p, float* red, float* slot) {
   team_sum(s, p.tpr, red);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -264,7 +265,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
 }
 
 // ---- direct kernel: scalar loads (unaligned rows / odd widths), next row prefetched in registers -
-// Grid and dynamic smem as bwd_staged_kernel (warp teams: merge buffer only).
+// Grid and dynamic smem as bwd_ring_kernel (warp teams: merge buffer only).
 template <typename T, typename X>
 __global__ void __launch_bounds__(kMaxThreads) bwd_direct_kernel(const BwdParams p) {
   constexpr int E = 8;

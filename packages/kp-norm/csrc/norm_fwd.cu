@@ -1,10 +1,11 @@
 // Forward RMSNorm / LayerNorm (+ fused residual add). One read of x (and res), one write of y (and
-// res_out): the row stays in registers between the statistics and the output, so the kernel moves
-// the minimum bytes. The main kernel is persistent and keeps the next rows in flight in a
-// per-thread cp.async ring in shared memory (bytes in flight without spending registers). Rows
-// wider than one CTA's registers are split over a thread-block cluster (sm90) whose CTAs combine
-// their partial statistics through distributed shared memory. Unaligned rows take a direct
-// (scalar-load) kernel; rows too wide for a cluster, or GPUs without clusters, a multi-pass kernel.
+// res_out): the row stays on chip between the statistics and the output, so the kernels move the
+// minimum bytes. Rows up to 16384 take the direct kernel (the row in registers, one row per team,
+// specialized per op so its loops have no branches). Wider rows take the persistent ring kernel
+// (the row staged in shared memory by cp.async), split over a thread-block cluster (sm90) whose
+// CTAs push their partial statistics into each other's shared memory (kp::ClusterExchange).
+// Unaligned rows take the direct kernel's scalar path; rows too wide for a cluster, or GPUs
+// without clusters, a multi-pass kernel.
 #include <algorithm>
 #include <string>
 #include <type_traits>
