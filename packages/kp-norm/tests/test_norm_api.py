@@ -221,3 +221,41 @@ def test_compiled_fused_op_with_one_output_used(level, use, seed):
             assert g is None or not g.abs().sum()
         else:
             torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+
+
+# --- the cuda level's host side, with a recording stand-in for the native module -------------------
+
+
+@pytest.mark.parametrize("need_dw, need_db", [(True, True), (True, False), (False, True)])
+def test_cuda_backward_passes_each_partial_to_its_gradient(monkeypatch, need_dw, need_db, seed):
+    """dw and db share one partial buffer and one col_sum launch: each gradient must get its own
+    rows of that buffer (checked on pointers; the kernels are tested on the GPU)."""
+    from types import SimpleNamespace
+
+    from kp_norm import _cuda
+
+    calls = []
+    fake = SimpleNamespace(
+        norm_bwd_partials=lambda rows, cols, act, xd, with_db, dev: 3,
+        norm_bwd=lambda *a: calls.append(("norm_bwd", a)),
+        col_sum=lambda *a: calls.append(("col_sum", a)),
+    )
+    monkeypatch.setattr(_cuda, "NATIVE", SimpleNamespace(module=fake))
+    monkeypatch.setattr(_cuda, "current_stream", lambda index: 0)
+    x = _x(seed, (5, 8))
+    w = _x(seed + 1, (8,))
+    rstd = torch.ones(5)
+    dx, dw, db = _cuda.norm_bwd(x, x, None, w, torch.zeros(5), rstd, False, 0.0, need_dw, need_db)
+    assert (dw is not None) == need_dw and (db is not None) == need_db
+    assert [c[0] for c in calls] == ["norm_bwd", "col_sum"]
+    bwd, cs = calls[0][1], calls[1][1]
+    dw_part, db_part = bwd[11], bwd[12]  # pointers as the native call received them
+    partial, out, partial2, out2 = cs[0], cs[3], cs[7], cs[8]
+    row_bytes = 3 * 8 * 4  # one [parts, cols] fp32 block
+    if need_dw and need_db:
+        assert db_part == dw_part + row_bytes
+        assert (partial, out, partial2, out2) == (dw_part, dw.data_ptr(), db_part, db.data_ptr())
+    elif need_dw:
+        assert db_part == 0 and (partial, out, partial2, out2) == (dw_part, dw.data_ptr(), 0, 0)
+    else:
+        assert dw_part == 0 and (partial, out, partial2, out2) == (db_part, db.data_ptr(), 0, 0)
