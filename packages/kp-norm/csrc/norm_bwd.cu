@@ -223,10 +223,8 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
     team_sum(s2, tpr, red[k & 1]);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (!WT && p.csize > 1) {
-      cx.send(k, make_float4(s2[0], s2[1], 0.f, 0.f), p.csize);
-      const float4* r = cx.wait(k, p.csize);
-      s2[0] = s2[1] = 0.f;
-      for (int i = 0; i < p.csize; ++i) s2[0] += r[i].x, s2[1] += r[i].y;
+      const float4 t = cx.sum(k, make_float4(s2[0], s2[1], 0.f, 0.f), p.csize);
+      s2[0] = t.x, s2[1] = t.y;
     }
 #endif
     const float a = s2[0] * inv_n, c = p.is_rms ? 0.f : s2[1] * inv_n;

@@ -36,6 +36,36 @@ __device__ __forceinline__ void chan_merge(const float4* r, int csize, float inv
 }
 #endif
 
+// The output loops come in one copy per (weight?, bias?, offset != 0?) so their bodies have no
+// branches: the point of these kernels is to issue few instructions per element (NOTES.md).
+// `loop(hw, hb, ho)` receives std::true_type / std::false_type for the three; picked once per row.
+template <bool RMS, typename Loop>
+__device__ __forceinline__ void with_affine_variant(const FwdParams& p, Loop&& loop) {
+  using Y = std::true_type;
+  using N = std::false_type;
+  const bool off = p.w_off != 0.f;
+  if (p.has_w) {
+    if (!RMS && p.has_b) {
+      if (off) loop(Y{}, Y{}, Y{});
+      else loop(Y{}, Y{}, N{});
+    } else {
+      if (off) loop(Y{}, N{}, Y{});
+      else loop(Y{}, N{}, N{});
+    }
+  } else {
+    if (!RMS && p.has_b) loop(N{}, Y{}, N{});
+    else loop(N{}, N{}, N{});
+  }
+}
+
+// One output element: (h - mean) * rstd * (w + offset) + b, with the absent terms compiled out.
+template <bool RMS, bool HW, bool HB, bool HO>
+__device__ __forceinline__ float affine_out(float h, float mean, float rstd, float w, float b, float w_off) {
+  float n = RMS ? h * rstd : (h - mean) * rstd;
+  if constexpr (HW) n *= HO ? w + w_off : w;
+  return HB ? n + b : n;
+}
+
 // ---- ring kernel: persistent; each row staged in smem by cp.async and read from there ----------
 // Grid: as many CTAs (clusters) as are resident at once, at most one team per row. Each team strides
 // over rows; while it works on row k, rows k+1 .. k+stages-1 are being copied into its ring. The
@@ -53,7 +83,6 @@ constexpr int kRingNV = 8;
 template <typename T, typename W, bool RES, bool RMS>
 __global__ void __launch_bounds__(kMaxThreads, RES ? 2 : 3) fwd_ring_kernel(const FwdParams p) {
   constexpr int VEC = 16 / sizeof(T), NVM = kRingNV;
-  constexpr int WPP = VEC * sizeof(W) / 16, PW = kp::Packet<W>::N;  // weight packets a chunk
   extern __shared__ uint4 ring_smem[];
   __shared__ float red[2][32];
   __shared__ kp::ClusterExchange cx;  // one partial per CTA per row, pushed (no cluster barrier)
@@ -157,12 +186,7 @@ __global__ void __launch_bounds__(kMaxThreads, RES ? 2 : 3) fwd_ring_kernel(cons
     team_sum(a, tpr, red[nred++ & 1]);
     if constexpr (RMS) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if (p.csize > 1) {
-        cx.send(k, make_float4(a[0], 0.f, 0.f, 0.f), p.csize);
-        const float4* r = cx.wait(k, p.csize);
-        a[0] = 0.f;
-        for (int i = 0; i < p.csize; ++i) a[0] += r[i].x;
-      }
+      if (p.csize > 1) a[0] = cx.sum(k, make_float4(a[0], 0.f, 0.f, 0.f), p.csize).x;
 #endif
       m2 = a[0];
     } else {
@@ -194,47 +218,21 @@ __global__ void __launch_bounds__(kMaxThreads, RES ? 2 : 3) fwd_ring_kernel(cons
     }
 
     // Output: y = (h - mean) * rstd * (w + offset) + b; weights are L1 hits after the first row.
-    // One loop per (weight?, bias?, offset?) so the body has no branches (see write_rows_vec).
     T* yr = row_ptr<T>(p.y, row, p.y_stride);
-    auto out = [&](auto hw_t, auto hb_t, auto ho_t) {
+    with_affine_variant<RMS>(p, [&](auto hw_t, auto hb_t, auto ho_t) {
       constexpr bool HW = decltype(hw_t)::value, HB = decltype(hb_t)::value && !RMS, HO = decltype(ho_t)::value;
 #pragma unroll
       for (int i = 0; i < NVM; ++i) {
         if (!in(i)) continue;
         float h[VEC], w[VEC], b[VEC], o[VEC];
-        if constexpr (HW) {
-#pragma unroll
-          for (int j = 0; j < WPP; ++j) kp::unpack<W>(kp::ld16<Ld::RO>(static_cast<const W*>(p.w) + col(i) + j * PW), w + j * PW);
-        }
-        if constexpr (HB) {
-#pragma unroll
-          for (int j = 0; j < WPP; ++j) kp::unpack<W>(kp::ld16<Ld::RO>(static_cast<const W*>(p.b) + col(i) + j * PW), b + j * PW);
-        }
+        if constexpr (HW) kp::ld_chunk<W, VEC, Ld::RO>(static_cast<const W*>(p.w) + col(i), w);
+        if constexpr (HB) kp::ld_chunk<W, VEC, Ld::RO>(static_cast<const W*>(p.b) + col(i), b);
         read_h(st, i, h);
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) {
-          float n = RMS ? h[q] * rstd : (h[q] - mean) * rstd;
-          if constexpr (HW) n *= HO ? w[q] + p.w_off : w[q];
-          o[q] = HB ? n + b[q] : n;
-        }
-        kp::st16(yr + col(i), kp::pack<T>(o));
+        for (int q = 0; q < VEC; ++q) o[q] = affine_out<RMS, HW, HB, HO>(h[q], mean, rstd, w[q], b[q], p.w_off);
+        kp::st_chunk<T, VEC>(yr + col(i), o);
       }
-    };
-    using Y = std::true_type;
-    using N = std::false_type;
-    const bool off = p.w_off != 0.f;
-    if (p.has_w) {
-      if (!RMS && p.has_b) {
-        if (off) out(Y{}, Y{}, Y{});
-        else out(Y{}, Y{}, N{});
-      } else {
-        if (off) out(Y{}, N{}, Y{});
-        else out(Y{}, N{}, N{});
-      }
-    } else {
-      if (!RMS && p.has_b) out(N{}, Y{}, N{});
-      else out(N{}, N{}, N{});
-    }
+    });
   }
   // No copy may land in smem after the CTA is gone. Nor may a partial: but every CTA of the cluster
   // has received all of them (it waited for each row's), so no barrier is needed to exit.
@@ -292,14 +290,12 @@ struct AffinePrefetch {
   }
 };
 
-// y = (h - mean) * rstd * (w + offset) + b over a thread's chunks, the vector path. One loop per
-// combination of (weight?, bias?, offset != 0?), chosen once per row, so the loop body is straight
-// math: the point of this kernel is to issue few instructions per element (NOTES.md).
+// y = (h - mean) * rstd * (w + offset) + b over a thread's chunks, the vector path.
 template <bool RMS, typename Raw, typename Aff, typename L, typename T>
 __device__ __forceinline__ void write_rows_vec(const Raw& h, Aff& aff, const L& lay, const FwdParams& p, T* yr,
                                                bool active, float mean, float rstd) {
   constexpr int VEC = L::VEC, NV = L::NV;
-  auto loop = [&](auto hw_t, auto hb_t, auto ho_t) {
+  with_affine_variant<RMS>(p, [&](auto hw_t, auto hb_t, auto ho_t) {
     constexpr bool HW = decltype(hw_t)::value, HB = decltype(hb_t)::value && !RMS, HO = decltype(ho_t)::value;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
@@ -309,29 +305,10 @@ __device__ __forceinline__ void write_rows_vec(const Raw& h, Aff& aff, const L& 
       if constexpr (HB) aff.bias(i, b);
       aff.template fetch<HW, HB>(i + Aff::kAhead, lay, p, active);
 #pragma unroll
-      for (int q = 0; q < VEC; ++q) {
-        float n = RMS ? v[q] * rstd : (v[q] - mean) * rstd;
-        if constexpr (HW) n *= HO ? w[q] + p.w_off : w[q];
-        o[q] = HB ? n + b[q] : n;
-      }
+      for (int q = 0; q < VEC; ++q) o[q] = affine_out<RMS, HW, HB, HO>(v[q], mean, rstd, w[q], b[q], p.w_off);
       lay.template store<T>(yr, i, o, active);
     }
-  };
-  using Y = std::true_type;
-  using N = std::false_type;
-  const bool off = p.w_off != 0.f;
-  if (p.has_w) {
-    if (!RMS && p.has_b) {
-      if (off) loop(Y{}, Y{}, Y{});
-      else loop(Y{}, Y{}, N{});
-    } else {
-      if (off) loop(Y{}, N{}, Y{});
-      else loop(Y{}, N{}, N{});
-    }
-  } else {
-    if (!RMS && p.has_b) loop(N{}, Y{}, N{});
-    else loop(N{}, N{}, N{});
-  }
+  });
 }
 
 template <typename T, typename W, typename H, int E, bool VECTOR, bool RES, bool RMS>
@@ -383,7 +360,9 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
   // Statistics: RMS one pass; LayerNorm exact two-pass (slice mean, then squared deviations),
   // merged over a cluster with Chan's formula. Each pass decodes the packets again. The first
   // weight chunks are fetched just before the last barrier, so they land while it waits.
-  using Aff = AffinePrefetch<T, W, NV, VECTOR ? NV * (VEC * static_cast<int>(sizeof(H)) / 16) : 0, RMS>;
+  // (The scalar path loads weights chunk by chunk as it writes: no prefetch state.)
+  using Aff = std::conditional_t<VECTOR, AffinePrefetch<T, W, NV, NV * (VEC * static_cast<int>(sizeof(H)) / 16), RMS>,
+                                 std::nullptr_t>;
   Aff aff;
   auto fetch_first = [&] {
     if constexpr (VECTOR) aff.fetch_first(lay, p, active);
@@ -403,13 +382,7 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
   if constexpr (RMS) {
     m2 = a[0];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (p.csize > 1) {
-      cx.send(0, make_float4(a[0], 0.f, 0.f, 0.f), p.csize);
-      const float4* r = cx.wait(0, p.csize);
-      a[0] = 0.f;
-      for (int i = 0; i < p.csize; ++i) a[0] += r[i].x;
-      m2 = a[0];
-    }
+    if (p.csize > 1) m2 = cx.sum(0, make_float4(a[0], 0.f, 0.f, 0.f), p.csize).x;
 #endif
   } else {
     const int n_here = max(0, min(p.tpr * E, p.cols - lay.base));

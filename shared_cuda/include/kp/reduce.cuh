@@ -150,6 +150,14 @@ struct ClusterExchange {
 #endif
     return slot[k & 1];
   }
+  // send + wait, then the sum over ranks of each component, in rank order (the same in every CTA).
+  __device__ __forceinline__ float4 sum(int k, float4 v, int csize) {
+    send(k, v, csize);
+    const float4* r = wait(k, csize);
+    float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < csize; ++i) t.x += r[i].x, t.y += r[i].y, t.z += r[i].z, t.w += r[i].w;
+    return t;
+  }
 };
 
 }  // namespace kp

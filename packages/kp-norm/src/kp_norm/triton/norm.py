@@ -182,6 +182,36 @@ def _norm_fwd_looped_kernel(
 # Backward
 # --------------------------------------------------------------------------------------------
 @triton.jit
+def _dx_and_weight_grads(g, xhat, dy, rstd, mean_g_xhat, mean_g, rows, cols, mask, N, DRES, stride_dres, DX,
+                         dw_acc, db_acc, IS_RMS: tl.constexpr, HAS_DRES: tl.constexpr, HAS_DW: tl.constexpr,
+                         HAS_DB: tl.constexpr):
+    # The tail both backward kernels share, once a tile's row means are known: dx (+ dres), stored
+    # rounded once, and this tile's dw/db added to the program's accumulators.
+    if IS_RMS:
+        dx = (g - xhat * mean_g_xhat[:, None]) * rstd[:, None]
+    else:
+        dx = (g - mean_g[:, None] - xhat * mean_g_xhat[:, None]) * rstd[:, None]
+    if HAS_DRES:
+        dx += tl.load(DRES + rows[:, None] * stride_dres + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
+    if HAS_DW:
+        dw_acc += tl.sum(dy * xhat, axis=0)
+    if HAS_DB:
+        db_acc += tl.sum(dy, axis=0)
+    return dw_acc, db_acc
+
+
+@triton.jit
+def _store_partials(DW_PART, DB_PART, pid, N, cols, col_mask, dw_acc, db_acc,
+                    HAS_DW: tl.constexpr, HAS_DB: tl.constexpr):
+    # Partial row `pid` of dw/db: the sums over this program's fixed set of rows.
+    if HAS_DW:
+        tl.store(DW_PART + pid.to(tl.int64) * N + cols, dw_acc, mask=col_mask)
+    if HAS_DB:
+        tl.store(DB_PART + pid.to(tl.int64) * N + cols, db_acc, mask=col_mask)
+
+
+@triton.jit
 def _norm_bwd_kernel(
     DY, X, DRES, W, MEAN, RSTD, DX, DW_PART, DB_PART,
     M, N, stride_dy, stride_x, stride_dres, weight_offset,
@@ -222,23 +252,12 @@ def _norm_bwd_kernel(
         else:
             g = dy
         mean_g_xhat = tl.sum(g * xhat, axis=1) / N
-        if IS_RMS:
-            dx = (g - xhat * mean_g_xhat[:, None]) * rstd[:, None]
-        else:
-            mean_g = tl.sum(g, axis=1) / N
-            dx = (g - mean_g[:, None] - xhat * mean_g_xhat[:, None]) * rstd[:, None]
-        if HAS_DRES:
-            dx += tl.load(DRES + rows[:, None] * stride_dres + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        if HAS_DW:
-            dw_acc += tl.sum(dy * xhat, axis=0)
-        if HAS_DB:
-            db_acc += tl.sum(dy, axis=0)
+        mean_g = mean_g_xhat if IS_RMS else tl.sum(g, axis=1) / N  # RMS: unused
+        dw_acc, db_acc = _dx_and_weight_grads(
+            g, xhat, dy, rstd, mean_g_xhat, mean_g, rows, cols, mask, N, DRES, stride_dres, DX,
+            dw_acc, db_acc, IS_RMS, HAS_DRES, HAS_DW, HAS_DB)
 
-    if HAS_DW:
-        tl.store(DW_PART + pid.to(tl.int64) * N + cols, dw_acc, mask=col_mask)
-    if HAS_DB:
-        tl.store(DB_PART + pid.to(tl.int64) * N + cols, db_acc, mask=col_mask)
+    _store_partials(DW_PART, DB_PART, pid, N, cols, col_mask, dw_acc, db_acc, HAS_DW, HAS_DB)
 
 
 @triton.jit
@@ -308,21 +327,13 @@ def _norm_bwd_split_kernel(
         else:
             g = dy
         if IS_RMS:
-            dx = (g - xhat * mean_g_xhat[:, None]) * rstd[:, None]
+            mean_g = mean_g_xhat  # unused
         else:
             mean_g = tl.load(DOTS + 2 * rows + 1, mask=row_mask, other=0.0)
-            dx = (g - mean_g[:, None] - xhat * mean_g_xhat[:, None]) * rstd[:, None]
-        if HAS_DRES:
-            dx += tl.load(DRES + rows[:, None] * stride_dres + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        tl.store(DX + rows[:, None] * N + cols[None, :], dx.to(DX.dtype.element_ty), mask=mask)
-        if HAS_DW:
-            dw_acc += tl.sum(dy * xhat, axis=0)
-        if HAS_DB:
-            db_acc += tl.sum(dy, axis=0)
-    if HAS_DW:
-        tl.store(DW_PART + pid.to(tl.int64) * N + cols, dw_acc, mask=col_mask)
-    if HAS_DB:
-        tl.store(DB_PART + pid.to(tl.int64) * N + cols, db_acc, mask=col_mask)
+        dw_acc, db_acc = _dx_and_weight_grads(
+            g, xhat, dy, rstd, mean_g_xhat, mean_g, rows, cols, mask, N, DRES, stride_dres, DX,
+            dw_acc, db_acc, IS_RMS, HAS_DRES, HAS_DW, HAS_DB)
+    _store_partials(DW_PART, DB_PART, pid, N, cols, col_mask, dw_acc, db_acc, HAS_DW, HAS_DB)
 
 
 @triton.jit
