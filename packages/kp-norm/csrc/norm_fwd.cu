@@ -68,20 +68,24 @@ __device__ __forceinline__ float affine_out(float h, float mean, float rstd, flo
 
 // ---- ring kernel: persistent; each row staged in smem by cp.async and read from there ----------
 // Grid: as many CTAs (clusters) as are resident at once, at most one team per row. Each team strides
-// over rows; while it works on row k, rows k+1 .. k+stages-1 are being copied into its ring. The
-// row is read from the ring once per pass (RMS: statistics, output; LayerNorm: mean, M2, output;
-// +1 with a residual, which writes h back into the ring), so registers don't grow with the row.
+// over rows; while it works on row k, rows k+1 .. k+stages are being copied into its ring (a slot
+// is refilled as soon as the output pass has read it). The row is read from the ring once per pass
+// (RMS: statistics, output; LayerNorm: mean, M2, output; +1 with a residual, which writes h back
+// into the ring), so registers don't grow with the row.
 // A thread holds nv <= kRingNV 16-byte chunks of a row (a run-time value; loops run to the
 // compile-time bound with the chunks past nv predicated off, so they unroll into straight code).
 // A thread reads only the packets it copied itself: cp.async.wait_group is the only
 // synchronization the ring needs. The team is the CTA (x csize: a cluster); narrower rows take
 // the direct kernel. Dynamic smem: x ring [stages][nv][blockDim] packets, then the res ring
-// [stages][nv][rppc][blockDim].
+// [stages][nv][rppc][blockDim], then (w_smem) the weight and bias slices [nv][wpp][blockDim].
 constexpr int kRingNV = 8;
 
-// Three 512-thread CTAs an SM (a 64 KB stage each) need <= 40 registers a thread.
-template <typename T, typename W, bool RES, bool RMS>
-__global__ void __launch_bounds__(kMaxThreads, RES ? 2 : 3) fwd_ring_kernel(const FwdParams p) {
+// Three 512-thread CTAs an SM (RMSNorm: a 32 KB row slice and its weights each) need <= 40
+// registers a thread; LayerNorm (weights and bias) and residual slices fit two CTAs an SM.
+// WS: the weights are staged in smem (release builds: always; a tuning build can read them from
+// global memory instead, KP_NORM_FWD_WSMEM=0, for comparison).
+template <typename T, typename W, bool RES, bool RMS, bool WS>
+__global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_kernel(const FwdParams p) {
   constexpr int VEC = 16 / sizeof(T), NVM = kRingNV;
   extern __shared__ uint4 ring_smem[];
   __shared__ float red[2][32];
@@ -95,32 +99,38 @@ __global__ void __launch_bounds__(kMaxThreads, RES ? 2 : 3) fwd_ring_kernel(cons
   if (p.csize > 1) cx.init(p.csize);
 #endif
   const int rppc = RES && p.res_f32 ? VEC / 4 : 1;  // residual packets a chunk (fp32 res of a 16-bit act: 2)
+  constexpr int WPP = VEC * static_cast<int>(sizeof(W)) / 16, WPN = 16 / static_cast<int>(sizeof(W));  // weight packets a chunk, values a packet
   uint4* const xring = ring_smem + tid;
   uint4* const rring = ring_smem + S * nv * bd + tid;
+  // Weights (and bias) of this CTA's slice, staged once: the slice is the same every row, and with
+  // the smem carve-out at its maximum L1 cannot keep them (ncu at 65536: 4-8% L1 hits, so every
+  // row re-read its weights from L2: as many bytes again as x for RMSNorm, twice for LayerNorm).
+  uint4* const wring = ring_smem + S * nv * bd * (RES ? 1 + rppc : 1) + tid;
+  uint4* const bring = wring + nv * WPP * bd;
   // This thread's chunk i starts at column col(i) (the same every row); in(i): it is in the row.
   // Recomputed where used: an IMAD is cheaper than the registers that 3 CTAs an SM cannot spare.
   const int c0 = base + tid * VEC, cstep = tpr * VEC;
   auto col = [&](int i) { return c0 + i * cstep; };
   auto in = [&](int i) { return i < nv && col(i) < p.cols; };
+  const int esz = RES && p.res_f32 ? 4 : static_cast<int>(sizeof(T));
+  auto res_row = [&](int64_t r) { return static_cast<const char*>(p.res) + r * p.res_stride * esz; };
 
+  // Chunk i of row r into stage s (zeros where ok is false: chunks past the row read as 0).
+  auto issue_chunk = [&](int s, int i, const T* xrow, const char* rrow, bool ok) {
+    kp::cp_async16(xring + (s * nv + i) * bd, ok ? static_cast<const void*>(xrow + col(i)) : p.x, ok);
+    if constexpr (RES) {
+      for (int j = 0; j < rppc; ++j)
+        kp::cp_async16(rring + ((s * nv + i) * rppc + j) * bd,
+                       ok ? static_cast<const void*>(rrow + (col(i) * esz + 16 * j)) : p.res, ok);
+    }
+  };
   auto issue = [&](int s, int64_t r) {
     const bool act = r < p.rows;
     const T* xrow = row_ptr<T>(p.x, act ? r : 0, p.x_stride);
-    const char* rrow = RES ? static_cast<const char*>(p.res) + (act ? r : 0) * p.res_stride * (p.res_f32 ? 4 : sizeof(T))
-                           : nullptr;
+    const char* rrow = RES ? res_row(act ? r : 0) : nullptr;
 #pragma unroll
-    for (int i = 0; i < NVM; ++i) {
-      if (i < nv) {
-        const bool ok = act && in(i);
-        kp::cp_async16(xring + (s * nv + i) * bd, ok ? static_cast<const void*>(xrow + col(i)) : p.x, ok);
-        if constexpr (RES) {
-          const int esz = p.res_f32 ? 4 : sizeof(T);
-          for (int j = 0; j < rppc; ++j)
-            kp::cp_async16(rring + ((s * nv + i) * rppc + j) * bd,
-                           ok ? static_cast<const void*>(rrow + (col(i) * esz + 16 * j)) : p.res, ok);
-        }
-      }
-    }
+    for (int i = 0; i < NVM; ++i)
+      if (i < nv) issue_chunk(s, i, xrow, rrow, act && in(i));
     kp::cp_async_commit();  // one group per row, empty or not, so the wait counts stay uniform
   };
   // Chunk i of h (x, or x + res rounded to res_dtype once pass 0 has written it to the res ring).
@@ -135,17 +145,26 @@ __global__ void __launch_bounds__(kMaxThreads, RES ? 2 : 3) fwd_ring_kernel(cons
       kp::unpack<T>(xring[(s * nv + i) * bd], h);
     }
   };
-  for (int s = 0; s < S - 1; ++s) issue(s, my_team + s * nteams);
+  if constexpr (WS) {  // joins the first row's cp.async group
+    const bool hb = !RMS && p.has_b;
+#pragma unroll
+    for (int i = 0; i < NVM; ++i) {
+      if (!in(i)) continue;
+      for (int j = 0; j < WPP; ++j) {
+        if (p.has_w) kp::cp_async16(wring + (i * WPP + j) * bd, static_cast<const W*>(p.w) + col(i) + j * WPN, true);
+        if (hb) kp::cp_async16(bring + (i * WPP + j) * bd, static_cast<const W*>(p.b) + col(i) + j * WPN, true);
+      }
+    }
+  }
+  for (int s = 0; s < S; ++s) issue(s, my_team + s * nteams);
 
   int k = 0, nred = 0;
   for (int64_t row = my_team; row < p.rows; row += nteams, ++k) {  // the same trip count cluster-wide
     const int st = k % S;
-    issue((k + S - 1) % S, row + (S - 1) * nteams);  // refill the stage read in the last iteration
-    kp::cp_async_wait(S - 1);                         // this row's group has landed
+    kp::cp_async_wait(S - 1);  // this row's group has landed
 
     if constexpr (RES) {  // pass 0: h = x + res, rounded to res_dtype, into the res ring and res_out
-      char* orow = p.has_res_out ? static_cast<char*>(p.res_out) + row * p.res_out_stride * (p.res_f32 ? 4 : sizeof(T))
-                                 : nullptr;
+      char* orow = p.has_res_out ? static_cast<char*>(p.res_out) + row * p.res_out_stride * esz : nullptr;
 #pragma unroll
       for (int i = 0; i < NVM; ++i) {
         if (i >= nv) continue;
@@ -217,22 +236,37 @@ __global__ void __launch_bounds__(kMaxThreads, RES ? 2 : 3) fwd_ring_kernel(cons
       if (!RMS && p.mean) p.mean[row] = mean;
     }
 
-    // Output: y = (h - mean) * rstd * (w + offset) + b; weights are L1 hits after the first row.
+    // Output: y = (h - mean) * rstd * (w + offset) + b. Each chunk's slot is refilled with row
+    // k + stages as soon as it has been read for the last time, so the next row's copy overlaps
+    // this row's stores (the copy is issued after the store that consumed the slot's value).
     T* yr = row_ptr<T>(p.y, row, p.y_stride);
+    const int64_t nrow = row + S * nteams;
+    const bool more = nrow < p.rows;
+    const T* nx = row_ptr<T>(p.x, more ? nrow : 0, p.x_stride);
+    const char* nr = RES ? res_row(more ? nrow : 0) : nullptr;
     with_affine_variant<RMS>(p, [&](auto hw_t, auto hb_t, auto ho_t) {
       constexpr bool HW = decltype(hw_t)::value, HB = decltype(hb_t)::value && !RMS, HO = decltype(ho_t)::value;
 #pragma unroll
       for (int i = 0; i < NVM; ++i) {
         if (!in(i)) continue;
         float h[VEC], w[VEC], b[VEC], o[VEC];
-        if constexpr (HW) kp::ld_chunk<W, VEC, Ld::RO>(static_cast<const W*>(p.w) + col(i), w);
-        if constexpr (HB) kp::ld_chunk<W, VEC, Ld::RO>(static_cast<const W*>(p.b) + col(i), b);
+        if constexpr (WS) {
+          for (int j = 0; j < WPP; ++j) {
+            if constexpr (HW) kp::unpack<W>(wring[(i * WPP + j) * bd], w + j * WPN);
+            if constexpr (HB) kp::unpack<W>(bring[(i * WPP + j) * bd], b + j * WPN);
+          }
+        } else {
+          if constexpr (HW) kp::ld_chunk<W, VEC, Ld::RO>(static_cast<const W*>(p.w) + col(i), w);
+          if constexpr (HB) kp::ld_chunk<W, VEC, Ld::RO>(static_cast<const W*>(p.b) + col(i), b);
+        }
         read_h(st, i, h);
 #pragma unroll
         for (int q = 0; q < VEC; ++q) o[q] = affine_out<RMS, HW, HB, HO>(h[q], mean, rstd, w[q], b[q], p.w_off);
         kp::st_chunk<T, VEC>(yr + col(i), o);
+        if (more) issue_chunk(st, i, nx, nr, true);
       }
     });
+    kp::cp_async_commit();
   }
   // No copy may land in smem after the CTA is gone. Nor may a partial: but every CTA of the cluster
   // has received all of them (it waited for each row's), so no barrier is needed to exit.
@@ -573,8 +607,14 @@ using FwdKernel = void (*)(const FwdParams);
 
 template <typename T, typename W>
 FwdKernel ring_for_w(bool res, bool rms) {
-  if (res) return rms ? fwd_ring_kernel<T, W, true, true> : fwd_ring_kernel<T, W, true, false>;
-  return rms ? fwd_ring_kernel<T, W, false, true> : fwd_ring_kernel<T, W, false, false>;
+#ifdef KP_NORM_TUNING
+  if (!tune("KP_NORM_FWD_WSMEM", 1)) {
+    if (res) return rms ? fwd_ring_kernel<T, W, true, true, false> : fwd_ring_kernel<T, W, true, false, false>;
+    return rms ? fwd_ring_kernel<T, W, false, true, false> : fwd_ring_kernel<T, W, false, false, false>;
+  }
+#endif
+  if (res) return rms ? fwd_ring_kernel<T, W, true, true, true> : fwd_ring_kernel<T, W, true, false, true>;
+  return rms ? fwd_ring_kernel<T, W, false, true, true> : fwd_ring_kernel<T, W, false, false, true>;
 }
 template <typename T>
 FwdKernel ring_for(bool w_f32, bool res, bool rms) {
@@ -609,7 +649,8 @@ struct FwdPlan {
 // cover the row; narrow rows use warp or sub-warp teams (no CTA barrier); wider rows than 512
 // threads x 32 go to a cluster. Scalar path: E=8, one row per team, no ring.
 template <typename T>
-FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32, bool w_f32, bool rms, int device) {
+FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32, bool w_f32, int n_affine, bool rms,
+                 int device) {
   FwdPlan pl;
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
@@ -622,26 +663,31 @@ FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32
     // a CTA, then a cluster of such CTAs.
     const int64_t chunks = cols / VEC;
     const int maxcpt = std::min(kRingNV, tune("KP_NORM_FWD_MAXCPT", kRingNV));  // 64 values (bf16) a thread
-    t.csize = static_cast<int>(cdiv(chunks, static_cast<int64_t>(kMaxThreads) * maxcpt));
+    const int maxthr = std::min(kMaxThreads, tune("KP_NORM_FWD_RTHREADS", kMaxThreads));
+    t.csize = static_cast<int>(cdiv(chunks, static_cast<int64_t>(maxthr) * maxcpt));
     // No clusters (sm80-89): one CTA. Rows it cannot hold (or a 16-CTA cluster on sm90) take the
     // multi-pass kernel.
     t.csize = dev.major >= 9 ? std::min(t.csize, kMaxCluster) : 1;
-    t.tpr = std::min(kMaxThreads, round_up(cdiv(chunks, static_cast<int64_t>(t.csize) * maxcpt), 32));
+    t.tpr = std::min(maxthr, round_up(cdiv(chunks, static_cast<int64_t>(t.csize) * maxcpt), 32));
     t.threads = t.tpr;
     t.nv = static_cast<int>(cdiv(chunks, static_cast<int64_t>(t.csize) * t.tpr));
     t.e = t.nv * VEC;
     t.multipass = t.nv > kRingNV;  // wider than 16 CTAs x 512 threads x kRingNV chunks (or one CTA, pre-sm90)
     if (!t.multipass) {
       const int per_stage = t.threads * t.e * (static_cast<int>(sizeof(T)) + (res ? (res_f32 ? 4 : sizeof(T)) : 0));
-      if (per_stage > dev.smem_optin - kStaticSmemSlack) {
+      // The weight (and bias) slices are staged once, next to the ring.
+      const int wbytes = tune("KP_NORM_FWD_WSMEM", 1) ? n_affine * t.threads * t.e * (w_f32 ? 4 : static_cast<int>(sizeof(T))) : 0;
+      const int room = dev.smem_optin - kStaticSmemSlack - wbytes;
+      if (per_stage > room) {
         t.multipass = true;
       } else {
         pl.kernel = ring_for<T>(w_f32, res, rms);
         const void* k = reinterpret_cast<const void*>(pl.kernel);
-        // Ring depth: stages (up to 4) within a smem budget a CTA (~2 CTAs an SM); 1 = no prefetch.
-        t.stages = std::max(1, std::min({tune("KP_NORM_FWD_STAGES", 4), tune("KP_NORM_FWD_RING", 100 << 10) / per_stage,
-                                         (dev.smem_optin - kStaticSmemSlack) / per_stage}));
-        pl.smem = static_cast<size_t>(t.stages) * per_stage;
+        // Ring depth: stages (up to 4) within a smem budget a CTA; 1 = the next row's copy overlaps
+        // this row's output.
+        t.stages = std::max(1, std::min({tune("KP_NORM_FWD_STAGES", 4),
+                                         (tune("KP_NORM_FWD_RING", 100 << 10) - wbytes) / per_stage, room / per_stage}));
+        pl.smem = static_cast<size_t>(t.stages) * per_stage + wbytes;
         if (t.csize > 1) {
           pl.grid = std::min<int64_t>(kp::max_active_clusters(k, device, t.threads, pl.smem, t.csize), rows) * t.csize;
         } else {
@@ -691,7 +737,8 @@ void launch_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
                       kp::rows_aligned16(a.res_out, a.res_out_stride, rs) && kp::rows_aligned16(a.w, 0, ws) &&
                       kp::rows_aligned16(a.b, 0, ws);
   const bool res = a.res != nullptr, res_f32 = a.res_dtype == kp::kF32;
-  const FwdPlan pl = plan_fwd<T>(a.rows, a.cols, vector, res, res_f32, a.weight_dtype == kp::kF32, a.is_rms, device);
+  const int n_affine = (a.w != nullptr) + (!a.is_rms && a.b != nullptr);
+  const FwdPlan pl = plan_fwd<T>(a.rows, a.cols, vector, res, res_f32, a.weight_dtype == kp::kF32, n_affine, a.is_rms, device);
 
   FwdParams p;
   p.x = a.x; p.res = a.res; p.w = a.w; p.b = a.b;
