@@ -88,7 +88,7 @@ __device__ __forceinline__ void write_partials(const float (&aw)[E], const float
 // DB: db is wanted (LayerNorm with a bias), so a second set of E accumulators lives in registers;
 // without it those registers go to occupancy (and the partial count follows, see plan_bwd).
 template <typename T, typename X, typename W, int E, bool WT, bool DB>
-__global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p) {
+__global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(const BwdParams p) {
   constexpr int VEC = 16 / sizeof(T), NV = E / VEC;
   constexpr int XPP = VEC * sizeof(X) / 16, WPP = VEC * sizeof(W) / 16;  // packets a chunk
   static_assert(E % VEC == 0 && VEC % 4 == 0, "E must be whole chunks");
@@ -148,28 +148,28 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
     }
   }
 
-  auto issue = [&](int s, int64_t r) {
-    const bool act = r < p.rows;
-    const T* dyr = row_ptr<T>(p.dy, act ? r : 0, p.dy_stride);
-    const X* xr = row_ptr<X>(p.x, act ? r : 0, p.x_stride);
+  // Chunk i (dy, x, dres) of the row at these row pointers into stage s; zeros where ok is false
+  // (idle teams, chunks past the row).
+  struct RowPtrs { const T* dy; const X* x; const X* dres; };
+  auto row_ptrs = [&](int64_t r, bool act) {
+    const int64_t rr = act ? r : 0;
+    return RowPtrs{row_ptr<T>(p.dy, rr, p.dy_stride), row_ptr<X>(p.x, rr, p.x_stride),
+                   has_dres ? row_ptr<X>(p.dres, rr, p.dres_stride) : nullptr};
+  };
+  auto issue_chunk = [&](int s, int i, const RowPtrs& rp, bool ok) {
+    kp::cp_async16(rdy + (s * NV + i) * bd, rp.dy + cols_[i], ok);
 #pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      const bool ok = act && okc[i];
-      kp::cp_async16(rdy + (s * NV + i) * bd, dyr + cols_[i], ok);
-#pragma unroll
-      for (int j = 0; j < XPP; ++j) kp::cp_async16(rx + ((s * NV + i) * XPP + j) * bd, xr + cols_[i] + j * kp::Packet<X>::N, ok);
-    }
+    for (int j = 0; j < XPP; ++j) kp::cp_async16(rx + ((s * NV + i) * XPP + j) * bd, rp.x + cols_[i] + j * kp::Packet<X>::N, ok);
     if (has_dres) {
-      const X* drr = row_ptr<X>(p.dres, act ? r : 0, p.dres_stride);
 #pragma unroll
-      for (int i = 0; i < NV; ++i)
-#pragma unroll
-        for (int j = 0; j < XPP; ++j)
-          kp::cp_async16(rdr + ((s * NV + i) * XPP + j) * bd, drr + cols_[i] + j * kp::Packet<X>::N, act && okc[i]);
+      for (int j = 0; j < XPP; ++j)
+        kp::cp_async16(rdr + ((s * NV + i) * XPP + j) * bd, rp.dres + cols_[i] + j * kp::Packet<X>::N, ok);
     }
+  };
+  auto issue_stats = [&](int s, int64_t r) {
+    const bool act = r < p.rows;
     kp::cp_async4(rst + (2 * s) * bd, p.is_rms ? p.rstd : p.mean + (act ? r : 0), act && !p.is_rms);
     kp::cp_async4(rst + (2 * s + 1) * bd, p.rstd + (act ? r : 0), act);
-    kp::cp_async_commit();
   };
   auto read_x = [&](int s, int i, float* v) {
 #pragma unroll
@@ -182,7 +182,16 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
       w[4 * j] = f.x, w[4 * j + 1] = f.y, w[4 * j + 2] = f.z, w[4 * j + 3] = f.w;
     }
   };
-  for (int s = 0; s < S - 1; ++s) issue(s, my_team + s * nteams);
+  // Rows 0 .. S-1 of this team, one cp.async group each; row k + S refills stage k % S during
+  // row k's pass 2 (each slot right after its last read), so S rows are in flight at once.
+  for (int s = 0; s < S; ++s) {
+    const int64_t r = my_team + s * nteams;
+    const RowPtrs rp = row_ptrs(r, r < p.rows);
+#pragma unroll
+    for (int i = 0; i < NV; ++i) issue_chunk(s, i, rp, r < p.rows && okc[i]);
+    issue_stats(s, r);
+    kp::cp_async_commit();
+  }
 
   float aw[E], ab[DB ? E : 1];
 #pragma unroll
@@ -195,9 +204,11 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
     const int64_t row = my_team + (lead - lead0);
     const bool active = row < p.rows;
     const int st = k % S;
-    issue((k + S - 1) % S, row + (S - 1) * nteams);
-    kp::cp_async_wait(S - 1);
+    kp::cp_async_wait(S - 1);  // this row's group has landed
     const float rs = rst[(2 * st + 1) * bd], nmr = -rst[(2 * st) * bd] * rs;  // xhat = x * rs + nmr
+    const int64_t nrow = row + S * nteams;
+    const bool nact = nrow < p.rows;
+    issue_stats(st, nrow);  // after the reads above (their values are in registers)
 
     // Pass 1: the row sums and the dw (and db) accumulators. Idle teams and chunks past the row
     // read zeros (dy = 0), so they add nothing.
@@ -230,11 +241,13 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
     const float a = s2[0] * inv_n, c = p.is_rms ? 0.f : s2[1] * inv_n;
 
     // Pass 2: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) [+ dres], rounded once to x_dtype.
-    if (active) {
-      X* dxr = row_ptr<X>(p.dx, row, p.dx_stride);
+    // Then the chunk's slots take row k + S (zeros for an idle team: its pass 1 must read dy = 0).
+    X* dxr = row_ptr<X>(p.dx, active ? row : 0, p.dx_stride);
+    const RowPtrs np = row_ptrs(nrow, nact);
 #pragma unroll
-      for (int i = 0; i < NV; ++i) {
-        if (!okc[i]) continue;
+    for (int i = 0; i < NV; ++i) {
+      if (!okc[i]) continue;
+      if (active) {
         float d[VEC], xh[VEC], w[VEC], r[VEC];
         kp::unpack<T>(rdy[(st * NV + i) * bd], d);
         read_x(st, i, xh);
@@ -252,7 +265,9 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_ring_kernel(const BwdParams p
         for (int j = 0; j < XPP; ++j)
           kp::st16(dxr + cols_[i] + j * kp::Packet<X>::N, kp::pack<X>(d + j * kp::Packet<X>::N));
       }
+      issue_chunk(st, i, np, nact);
     }
+    kp::cp_async_commit();
   }
   kp::cp_async_wait(0);
   const Lay<T, E, true> lay{base, lane, tpr, p.cols};

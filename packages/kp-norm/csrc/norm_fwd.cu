@@ -693,6 +693,7 @@ FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32
         } else {
           pl.grid = std::min<int64_t>(int64_t{dev.sms} * kp::blocks_per_sm(k, device, t.threads, pl.smem), rows);
         }
+        if (pl.grid > 0 && tune("KP_NORM_FWD_NP", 0)) pl.grid = rows * t.csize;  // one row a team (tuning only)
       }
     }
   } else {
