@@ -80,12 +80,10 @@ __device__ __forceinline__ float affine_out(float h, float mean, float rstd, flo
 // [stages][nv][rppc][blockDim], then (w_smem) the weight and bias slices [nv][wpp][blockDim].
 constexpr int kRingNV = 8;
 
-// Three 512-thread CTAs an SM (RMSNorm: a 32 KB row slice and its weights each) need <= 40
-// registers a thread; LayerNorm (weights and bias) and residual slices fit two CTAs an SM.
-// WS: the weights are staged in smem (release builds: always; a tuning build can read them from
-// global memory instead, KP_NORM_FWD_WSMEM=0, for comparison).
+// WS: the weight (and bias) slices are staged in smem once (see plan_fwd for when). Without them
+// (and without a residual) three 512-thread CTAs share an SM, which needs <= 40 registers a thread.
 template <typename T, typename W, bool RES, bool RMS, bool WS>
-__global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_kernel(const FwdParams p) {
+__global__ void __launch_bounds__(kMaxThreads, !RES && (RMS || !WS) ? 3 : 2) fwd_ring_kernel(const FwdParams p) {
   constexpr int VEC = 16 / sizeof(T), NVM = kRingNV;
   extern __shared__ uint4 ring_smem[];
   __shared__ float red[2][32];
@@ -605,21 +603,19 @@ __global__ void __launch_bounds__(kMultiThreads) fwd_multipass_kernel(const FwdP
 // ---- host ---------------------------------------------------------------------------------------
 using FwdKernel = void (*)(const FwdParams);
 
+template <typename T, typename W, bool WS>
+FwdKernel ring_for_ws(bool res, bool rms) {
+  if (res) return rms ? fwd_ring_kernel<T, W, true, true, WS> : fwd_ring_kernel<T, W, true, false, WS>;
+  return rms ? fwd_ring_kernel<T, W, false, true, WS> : fwd_ring_kernel<T, W, false, false, WS>;
+}
 template <typename T, typename W>
-FwdKernel ring_for_w(bool res, bool rms) {
-#ifdef KP_NORM_TUNING
-  if (!tune("KP_NORM_FWD_WSMEM", 1)) {
-    if (res) return rms ? fwd_ring_kernel<T, W, true, true, false> : fwd_ring_kernel<T, W, true, false, false>;
-    return rms ? fwd_ring_kernel<T, W, false, true, false> : fwd_ring_kernel<T, W, false, false, false>;
-  }
-#endif
-  if (res) return rms ? fwd_ring_kernel<T, W, true, true, true> : fwd_ring_kernel<T, W, true, false, true>;
-  return rms ? fwd_ring_kernel<T, W, false, true, true> : fwd_ring_kernel<T, W, false, false, true>;
+FwdKernel ring_for_w(bool ws, bool res, bool rms) {
+  return ws ? ring_for_ws<T, W, true>(res, rms) : ring_for_ws<T, W, false>(res, rms);
 }
 template <typename T>
-FwdKernel ring_for(bool w_f32, bool res, bool rms) {
-  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, float>(res, rms);
-  else return w_f32 ? ring_for_w<T, float>(res, rms) : ring_for_w<T, T>(res, rms);
+FwdKernel ring_for(bool w_f32, bool ws, bool res, bool rms) {
+  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, float>(ws, res, rms);
+  else return w_f32 ? ring_for_w<T, float>(ws, res, rms) : ring_for_w<T, T>(ws, res, rms);
 }
 template <typename T, typename W, bool RES, bool RMS>
 FwdKernel direct_for_w(int e, bool vector) {
@@ -675,19 +671,25 @@ FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32
     t.multipass = t.nv > kRingNV;  // wider than 16 CTAs x 512 threads x kRingNV chunks (or one CTA, pre-sm90)
     if (!t.multipass) {
       const int per_stage = t.threads * t.e * (static_cast<int>(sizeof(T)) + (res ? (res_f32 ? 4 : sizeof(T)) : 0));
-      // The weight (and bias) slices are staged once, next to the ring.
-      const int wbytes = tune("KP_NORM_FWD_WSMEM", 1) ? n_affine * t.threads * t.e * (w_f32 ? 4 : static_cast<int>(sizeof(T))) : 0;
-      const int room = dev.smem_optin - kStaticSmemSlack - wbytes;
+      // Two shapes measured best (H100, NOTES.md): the weight (and bias) slices staged once in smem
+      // next to a ring of two or more rows, one CTA an SM, when that fits the ring budget
+      // (RMSNorm); otherwise weights read from L2 (no smem to spare for them) and one row a
+      // CTA, three CTAs an SM overlapping each other (LayerNorm: weights and bias are twice x).
+      const int wbytes = n_affine * t.threads * t.e * (w_f32 ? 4 : static_cast<int>(sizeof(T)));
+      const int budget_ws = tune("KP_NORM_FWD_RINGWS", 200 << 10);
+      const bool ws = wbytes > 0 && tune("KP_NORM_FWD_WSMEM", 1) && wbytes + 2 * per_stage <= budget_ws;
+      const int room = dev.smem_optin - kStaticSmemSlack - (ws ? wbytes : 0);
       if (per_stage > room) {
         t.multipass = true;
       } else {
-        pl.kernel = ring_for<T>(w_f32, res, rms);
+        pl.kernel = ring_for<T>(w_f32, ws, res, rms);
         const void* k = reinterpret_cast<const void*>(pl.kernel);
-        // Ring depth: stages (up to 4) within a smem budget a CTA; 1 = the next row's copy overlaps
-        // this row's output.
-        t.stages = std::max(1, std::min({tune("KP_NORM_FWD_STAGES", 4),
-                                         (tune("KP_NORM_FWD_RING", 100 << 10) - wbytes) / per_stage, room / per_stage}));
-        pl.smem = static_cast<size_t>(t.stages) * per_stage + wbytes;
+        // Ring depth: stages (up to 4) within the budget; each stage is refilled with the row
+        // `stages` ahead as soon as the output pass has read it, so 1 already overlaps the next
+        // row's copy with this row's output.
+        const int budget = ws ? budget_ws - wbytes : tune("KP_NORM_FWD_RING", 100 << 10);
+        t.stages = std::max(1, std::min({tune("KP_NORM_FWD_STAGES", 4), budget / per_stage, room / per_stage}));
+        pl.smem = static_cast<size_t>(t.stages) * per_stage + (ws ? wbytes : 0);
         if (t.csize > 1) {
           pl.grid = std::min<int64_t>(kp::max_active_clusters(k, device, t.threads, pl.smem, t.csize), rows) * t.csize;
         } else {
