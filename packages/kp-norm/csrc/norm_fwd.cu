@@ -87,7 +87,7 @@ template <typename T, typename W, bool RES, bool RMS, bool WS>
 __global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_kernel(const FwdParams p) {
   constexpr int VEC = 16 / sizeof(T), NVM = kRingNV;
   extern __shared__ uint4 ring_smem[];
-  __shared__ float red[2][3 * 32];
+  __shared__ float red[2][32];
   __shared__ kp::ClusterExchange cx;  // one partial per CTA per row, pushed (no cluster barrier)
 
   const int tid = threadIdx.x, bd = blockDim.x, tpr = p.tpr, nv = p.nv, S = p.stages;
@@ -189,53 +189,42 @@ __global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_ker
       }
     }
 
-    // Statistics, with one block reduction a row. LayerNorm: each thread's exact two-pass (mean,
-    // M2) over its own values (no barrier between the passes), merged over the CTA with Chan's
-    // formula; a cluster merges the CTA partials (sum, M2, n) the same way. Chunks past the row
-    // read 0 (RMS) or are skipped (LayerNorm).
+    // Statistics. LayerNorm: exact two-pass (slice mean, then squared deviations from it); a
+    // cluster merges the CTA partials (sum, M2, n) with Chan's formula. Chunks past the row read 0.
     float mean = 0.f, m2;
+    float a[1] = {0.f};
+#pragma unroll
+    for (int i = 0; i < NVM; ++i) {
+      if (i >= nv) continue;
+      float h[VEC];
+      read_h(st, i, h);
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) a[0] = RMS ? fmaf(h[q], h[q], a[0]) : a[0] + h[q];
+    }
+    team_sum(a, tpr, red[nred++ & 1]);
     if constexpr (RMS) {
-      float a[1] = {0.f};
-#pragma unroll
-      for (int i = 0; i < NVM; ++i) {
-        if (i >= nv) continue;
-        float h[VEC];
-        read_h(st, i, h);
-#pragma unroll
-        for (int q = 0; q < VEC; ++q) a[0] = fmaf(h[q], h[q], a[0]);
-      }
-      kp::block_sum(a, red[nred++ & 1]);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       if (p.csize > 1) a[0] = cx.sum(k, make_float4(a[0], 0.f, 0.f, 0.f), p.csize).x;
 #endif
       m2 = a[0];
     } else {
-      float ts = 0.f, tm2 = 0.f;
-      int tn = 0;
-#pragma unroll
-      for (int i = 0; i < NVM; ++i) {
-        if (!in(i)) continue;
-        float h[VEC];
-        read_h(st, i, h);
-        tn += VEC;
-#pragma unroll
-        for (int q = 0; q < VEC; ++q) ts += h[q];
-      }
-      const float tmean = tn > 0 ? __fdividef(ts, static_cast<float>(tn)) : 0.f;
+      const float s_here = a[0];
+      const int n_here = max(0, min(tpr * nv * VEC, p.cols - base));  // valid columns of this CTA's slice
+      mean = n_here > 0 ? __fdividef(s_here, static_cast<float>(n_here)) : 0.f;
+      a[0] = 0.f;
 #pragma unroll
       for (int i = 0; i < NVM; ++i) {
         if (!in(i)) continue;
         float h[VEC];
         read_h(st, i, h);
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) tm2 = fmaf(h[q] - tmean, h[q] - tmean, tm2);
+        for (int q = 0; q < VEC; ++q) a[0] = fmaf(h[q] - mean, h[q] - mean, a[0]);
       }
-      const kp::MeanM2 c = kp::block_merge({static_cast<float>(tn), tmean, tm2}, red[nred++ & 1]);
-      mean = c.mean;
-      m2 = c.m2;
+      team_sum(a, tpr, red[nred++ & 1]);
+      m2 = a[0];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       if (p.csize > 1) {
-        cx.send(k, make_float4(c.n * c.mean, c.m2, c.n, 0.f), p.csize);
+        cx.send(k, make_float4(s_here, m2, static_cast<float>(n_here), 0.f), p.csize);
         chan_merge(cx.wait(k, p.csize), p.csize, p.inv_cols, mean, m2);
       }
 #endif

@@ -44,39 +44,6 @@ template <int N> __device__ __forceinline__ void block_sum(float (&v)[N], float*
   }
 }
 
-// ---- count, mean and M2 (sum of squared deviations) merged exactly (Chan et al.) ---------------
-// For a mean and variance in one block reduction: each thread brings the exact two-pass statistics
-// of its own values. merge(a, b) is ordered (not commutative in rounding), so the butterfly merges
-// in lane order and both lanes of a pair get the bit-identical result, as with warp_sum.
-struct MeanM2 {
-  float n, mean, m2;
-};
-__device__ __forceinline__ MeanM2 merge(const MeanM2& a, const MeanM2& b) {
-  const float n = a.n + b.n, r = n > 0.f ? __fdividef(b.n, n) : 0.f, d = b.mean - a.mean;
-  return {n, fmaf(d, r, a.mean), fmaf(d * d * a.n, r, a.m2 + b.m2)};
-}
-__device__ __forceinline__ MeanM2 warp_merge(MeanM2 v) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const MeanM2 u{__shfl_xor_sync(0xffffffffu, v.n, o), __shfl_xor_sync(0xffffffffu, v.mean, o),
-                   __shfl_xor_sync(0xffffffffu, v.m2, o)};
-    v = (lane & o) ? merge(u, v) : merge(v, u);
-  }
-  return v;
-}
-// Over the whole block: one __syncthreads (alternate two buffers, as block_sum); every thread
-// then merges the warps' results in warp order, so all get the same bits. buf: float[3 * 32].
-__device__ __forceinline__ MeanM2 block_merge(MeanM2 v, float* buf) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  v = warp_merge(v);
-  if (lane == 0) buf[3 * warp] = v.n, buf[3 * warp + 1] = v.mean, buf[3 * warp + 2] = v.m2;
-  __syncthreads();
-  v = {buf[0], buf[1], buf[2]};
-  for (int w = 1; w < nw; ++w) v = merge(v, {buf[3 * w], buf[3 * w + 1], buf[3 * w + 2]});
-  return v;
-}
-
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // ---- thread-block clusters (sm90): distributed shared memory ------------------------------------
 // Split barrier: arrive (release: my earlier smem writes become visible) ... wait (acquire). Every
