@@ -83,7 +83,7 @@ def _time_impl(impl: Impl, sets: list[tuple], host: bool, device: Any, warmup: f
     sync(device)
     out = {"ms": do_bench(call, device=device, warmup=warmup, rep=rep)}
     if host:
-        out["host_ms"] = host_ms(call, device=device, calls=500 if is_cuda(device) else 20)
+        out["host_ms"] = host_ms(call, device=device, calls=300 if is_cuda(device) else 20)
     return out
 
 
