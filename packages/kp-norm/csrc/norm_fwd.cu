@@ -66,38 +66,6 @@ __device__ __forceinline__ float affine_out(float h, float mean, float rstd, flo
   return HB ? n + b : n;
 }
 
-// ---- bulk (TMA) copies completing on an mbarrier (sm90; a tuning-build experiment for now) -----
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void mbar_init(uint64_t* bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_addr(bar)) : "memory");
-}
-// One thread: `bytes` (a multiple of 16, 16-byte aligned ends) from global into this CTA's smem;
-// the barrier's phase completes when they have landed. bytes == 0: just completes the phase.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  if (bytes == 0) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-    return;
-  }
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // earlier generic reads of the slot first
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(smem_addr(dst)),
-               "l"(src), "r"(bytes), "r"(smem_addr(bar))
-               : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "BULK_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-      "@!p bra BULK_WAIT;\n"
-      "}\n" ::"r"(smem_addr(bar)),
-      "r"(parity)
-      : "memory");
-}
-#endif
-
 // ---- ring kernel: persistent; each row staged in smem by cp.async and read from there ----------
 // Grid: as many CTAs (clusters) as are resident at once, at most one team per row. Each team strides
 // over rows; while it works on row k, rows k+1 .. k+stages are being copied into its ring (a slot
@@ -115,17 +83,12 @@ constexpr int kRingNV = 8;
 // WS: the weight (and bias) slices are staged in smem once (see plan_fwd for when). RMSNorm
 // without a residual: three 512-thread CTAs an SM, <= 40 registers a thread; LayerNorm and
 // residual kernels two (at 40 registers LayerNorm spilled and ran 8 points slower).
-// BULK (tuning builds, no residual, sm90, stages >= 2): thread 0 copies the CTA's whole x slice
-// of a row with one bulk copy onto a per-stage mbarrier, and refills the stage of row k-1 after
-// row k's first block barrier (every thread has read it by then), instead of per-thread cp.async.
-template <typename T, typename W, bool RES, bool RMS, bool WS, bool BULK = false>
+template <typename T, typename W, bool RES, bool RMS, bool WS>
 __global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_kernel(const FwdParams p) {
-  static_assert(!(BULK && RES), "bulk copies: no residual");
   constexpr int VEC = 16 / sizeof(T), NVM = kRingNV;
   extern __shared__ uint4 ring_smem[];
   __shared__ float red[2][32];
   __shared__ kp::ClusterExchange cx;  // one partial per CTA per row, pushed (no cluster barrier)
-  __shared__ uint64_t full[BULK ? 4 : 1];
 
   const int tid = threadIdx.x, bd = blockDim.x, tpr = p.tpr, nv = p.nv, S = p.stages;
   const int crank = static_cast<int>(blockIdx.x % p.csize);
@@ -192,43 +155,12 @@ __global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_ker
       }
     }
   }
-  const uint32_t slice_bytes = static_cast<uint32_t>(max(0, min(tpr * nv * VEC, p.cols - base))) * sizeof(T);
-  auto issue_bulk = [&](int s, int64_t r) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    bulk_load(ring_smem + s * nv * bd, row_ptr<T>(p.x, r, p.x_stride) + base, slice_bytes, &full[s]);
-#endif
-  };
-  if constexpr (BULK) {
-    kp::cp_async_commit();  // the weights' group (waited for before the first output pass)
-#pragma unroll
-    for (int i = 0; i < NVM; ++i)  // chunks past the row read 0: the bulk copies never write there
-      if (i < nv && !in(i))
-        for (int s = 0; s < S; ++s) xring[(s * nv + i) * bd] = make_uint4(0u, 0u, 0u, 0u);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (tid == 0) {
-      for (int s = 0; s < S; ++s) mbar_init(&full[s]);
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-#endif
-    __syncthreads();
-    if (tid == 0)
-      for (int s = 0; s < S; ++s)
-        if (my_team + s * nteams < p.rows) issue_bulk(s, my_team + s * nteams);
-  } else {
-    for (int s = 0; s < S; ++s) issue(s, my_team + s * nteams);
-  }
+  for (int s = 0; s < S; ++s) issue(s, my_team + s * nteams);
 
   int k = 0, nred = 0;
   for (int64_t row = my_team; row < p.rows; row += nteams, ++k) {  // the same trip count cluster-wide
     const int st = k % S;
-    if constexpr (BULK) {
-      if (k == 0) kp::cp_async_wait(0);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      mbar_wait(&full[st], static_cast<uint32_t>((k / S) & 1));
-#endif
-    } else {
-      kp::cp_async_wait(S - 1);  // this row's group has landed
-    }
+    kp::cp_async_wait(S - 1);  // this row's group has landed
 
     if constexpr (RES) {  // pass 0: h = x + res, rounded to res_dtype, into the res ring and res_out
       char* orow = p.has_res_out ? static_cast<char*>(p.res_out) + row * p.res_out_stride * esz : nullptr;
@@ -270,10 +202,6 @@ __global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_ker
       for (int q = 0; q < VEC; ++q) a[0] = RMS ? fmaf(h[q], h[q], a[0]) : a[0] + h[q];
     }
     team_sum(a, tpr, red[nred++ & 1]);
-    if constexpr (BULK) {  // every thread is past row k-1's output pass: refill its stage
-      const int64_t r = row + (S - 1) * nteams;
-      if (tid == 0 && k > 0 && r < p.rows) issue_bulk((k - 1) % S, r);
-    }
     if constexpr (RMS) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       if (p.csize > 1) a[0] = cx.sum(k, make_float4(a[0], 0.f, 0.f, 0.f), p.csize).x;
@@ -334,10 +262,10 @@ __global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_ker
 #pragma unroll
         for (int q = 0; q < VEC; ++q) o[q] = affine_out<RMS, HW, HB, HO>(h[q], mean, rstd, w[q], b[q], p.w_off);
         kp::st_chunk<T, VEC>(yr + col(i), o);
-        if (!BULK && more) issue_chunk(st, i, nx, nr, true);
+        if (more) issue_chunk(st, i, nx, nr, true);
       }
     });
-    if constexpr (!BULK) kp::cp_async_commit();
+    kp::cp_async_commit();
   }
   // No copy may land in smem after the CTA is gone. Nor may a partial: but every CTA of the cluster
   // has received all of them (it waited for each row's), so no barrier is needed to exit.
@@ -677,21 +605,18 @@ __global__ void __launch_bounds__(kMultiThreads) fwd_multipass_kernel(const FwdP
 using FwdKernel = void (*)(const FwdParams);
 
 template <typename T, typename W, bool WS>
-FwdKernel ring_for_ws(bool res, bool rms, bool bulk) {
-#ifdef KP_NORM_TUNING
-  if (bulk) return rms ? fwd_ring_kernel<T, W, false, true, WS, true> : fwd_ring_kernel<T, W, false, false, WS, true>;
-#endif
+FwdKernel ring_for_ws(bool res, bool rms) {
   if (res) return rms ? fwd_ring_kernel<T, W, true, true, WS> : fwd_ring_kernel<T, W, true, false, WS>;
   return rms ? fwd_ring_kernel<T, W, false, true, WS> : fwd_ring_kernel<T, W, false, false, WS>;
 }
 template <typename T, typename W>
-FwdKernel ring_for_w(bool ws, bool res, bool rms, bool bulk) {
-  return ws ? ring_for_ws<T, W, true>(res, rms, bulk) : ring_for_ws<T, W, false>(res, rms, bulk);
+FwdKernel ring_for_w(bool ws, bool res, bool rms) {
+  return ws ? ring_for_ws<T, W, true>(res, rms) : ring_for_ws<T, W, false>(res, rms);
 }
 template <typename T>
-FwdKernel ring_for(bool w_f32, bool ws, bool res, bool rms, bool bulk) {
-  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, float>(ws, res, rms, bulk);
-  else return w_f32 ? ring_for_w<T, float>(ws, res, rms, bulk) : ring_for_w<T, T>(ws, res, rms, bulk);
+FwdKernel ring_for(bool w_f32, bool ws, bool res, bool rms) {
+  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, float>(ws, res, rms);
+  else return w_f32 ? ring_for_w<T, float>(ws, res, rms) : ring_for_w<T, T>(ws, res, rms);
 }
 template <typename T, typename W, bool RES, bool RMS>
 FwdKernel direct_for_w(int e, bool vector) {
@@ -758,15 +683,13 @@ FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32
       if (per_stage > room) {
         t.multipass = true;
       } else {
-        // Bulk copies (tuning builds only, measured against the default): need two stages.
-        const bool bulk = tune("KP_NORM_FWD_TMA", 0) && !res && dev.major >= 9 && 2 * per_stage <= room;
-        pl.kernel = ring_for<T>(w_f32, ws, res, rms, bulk);
+        pl.kernel = ring_for<T>(w_f32, ws, res, rms);
         const void* k = reinterpret_cast<const void*>(pl.kernel);
         // Ring depth: stages (up to 4) within the budget; each stage is refilled with the row
         // `stages` ahead as soon as the output pass has read it, so 1 already overlaps the next
         // row's copy with this row's output.
         const int budget = ws ? budget_ws - wbytes : tune("KP_NORM_FWD_RING", 100 << 10);
-        t.stages = std::max(bulk ? 2 : 1, std::min({4, tune("KP_NORM_FWD_STAGES", 4), budget / per_stage, room / per_stage}));
+        t.stages = std::max(1, std::min({tune("KP_NORM_FWD_STAGES", 4), budget / per_stage, room / per_stage}));
         pl.smem = static_cast<size_t>(t.stages) * per_stage + (ws ? wbytes : 0);
         if (t.csize > 1) {
           pl.grid = std::min<int64_t>(kp::max_active_clusters(k, device, t.threads, pl.smem, t.csize), rows) * t.csize;
