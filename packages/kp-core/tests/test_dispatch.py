@@ -1,3 +1,4 @@
+import os
 import threading
 
 import pytest
@@ -73,3 +74,19 @@ def test_missing_native_extension_is_reported_not_raised():
     assert "not importable" in status.error and "reinstall" in status.error
     assert status.device_problem(0) == status.error
     assert status.describe().startswith("not loaded")
+
+
+def test_env_reader_sees_every_change_to_os_environ(monkeypatch):
+    """The fast reader behind KP_BACKEND reads os.environ's own mapping: it must agree with
+    os.environ.get after sets, overwrites (non-ASCII too) and deletes."""
+    from kp_core.dispatch import _env_reader
+
+    name = "KP_TEST_ENV_READER"
+    monkeypatch.delenv(name, raising=False)
+    read = _env_reader(name)
+    assert read() is None
+    for value in ("triton", "", "réf", "x" * 300):
+        monkeypatch.setenv(name, value)
+        assert read() == os.environ.get(name) == value
+    monkeypatch.delenv(name)
+    assert read() is None
