@@ -197,6 +197,16 @@ __device__ __forceinline__ void load_b(const L& lay, const FwdParams& p, int i, 
     for (int k = 0; k < L::VEC; ++k) b[k] = 0.f;
   }
 }
+// The residual gradient of chunk i, added to dx (0 without one).
+template <typename X, typename L>
+__device__ __forceinline__ void load_dres(const L& lay, const X* drr, int i, float* r, bool active) {
+  if (drr) {
+    lay.template load<X, kp::Ld::Stream>(drr, i, r, active);
+  } else {
+#pragma unroll
+    for (int k = 0; k < L::VEC; ++k) r[k] = 0.f;
+  }
+}
 
 // A thread's E elements of one row of S (T or float), kept undecoded: for 16-bit S half the
 // registers of floats. Lets loads be in flight while registers hold other data (the residual's

@@ -336,12 +336,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_direct_kernel(const BwdParams
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
       float o[VEC], r[VEC];
-      if (drr) {
-        lay.template load<X, Ld::Stream>(drr, i, r, active);
-      } else {
-#pragma unroll
-        for (int q = 0; q < VEC; ++q) r[q] = 0.f;
-      }
+      load_dres<X>(lay, drr, i, r, active);
 #pragma unroll
       for (int q = 0; q < VEC; ++q) o[q] = fmaf(rs, d[i * VEC + q] - c - xh[i * VEC + q] * a, r[q]);
       lay.template store<X>(dxr, i, o, active);
@@ -411,12 +406,7 @@ __global__ void __launch_bounds__(kMultiThreads) bwd_multipass_kernel(const BwdP
         lay.template load<T, Ld::Stream>(dyr, i, d, true);
         lay.template load<X, Ld::Stream>(xr, i, x, true);
         load_w(lay, p, i, w, true);
-        if (drr) {
-          lay.template load<X, Ld::Stream>(drr, i, r, true);
-        } else {
-#pragma unroll
-          for (int k = 0; k < VEC; ++k) r[k] = 0.f;
-        }
+        load_dres<X>(lay, drr, i, r, true);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           x[k] = (x[k] - mu) * rs;  // xhat

@@ -77,7 +77,7 @@ __device__ __forceinline__ float affine_out(float h, float mean, float rstd, flo
 // A thread reads only the packets it copied itself: cp.async.wait_group is the only
 // synchronization the ring needs. The team is the CTA (x csize: a cluster); narrower rows take
 // the direct kernel. Dynamic smem: x ring [stages][nv][blockDim] packets, then the res ring
-// [stages][nv][rppc][blockDim], then (w_smem) the weight and bias slices [nv][wpp][blockDim].
+// [stages][nv][rppc][blockDim], then (WS) the weight and bias slices [nv][wpp][blockDim].
 constexpr int kRingNV = 8;
 
 // WS: the weight (and bias) slices are staged in smem once (see plan_fwd for when). RMSNorm
@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_ker
   if (p.csize > 1) cx.init(p.csize);
 #endif
   const int rppc = RES && p.res_f32 ? VEC / 4 : 1;  // residual packets a chunk (fp32 res of a 16-bit act: 2)
-  constexpr int WPP = VEC * static_cast<int>(sizeof(W)) / 16, WPN = 16 / static_cast<int>(sizeof(W));  // weight packets a chunk, values a packet
+  constexpr int WPP = VEC * static_cast<int>(sizeof(W)) / 16, WPN = kp::Packet<W>::N;  // weight packets a chunk, values a packet
   uint4* const xring = ring_smem + tid;
   uint4* const rring = ring_smem + S * nv * bd + tid;
   // Weights (and bias) of this CTA's slice, staged once: the slice is the same every row, and with
@@ -675,7 +675,7 @@ FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32
       // Two shapes measured best (H100, NOTES.md): the weight (and bias) slices staged once in smem
       // next to a ring of two or more rows, one CTA an SM, when that fits the ring budget
       // (RMSNorm); otherwise weights read from L2 (no smem to spare for them) and one row a
-      // CTA, three CTAs an SM overlapping each other (LayerNorm: weights and bias are twice x).
+      // CTA, several CTAs an SM overlapping each other (LayerNorm: weights and bias are twice x).
       const int wbytes = n_affine * t.threads * t.e * (w_f32 ? 4 : static_cast<int>(sizeof(T)));
       const int budget_ws = tune("KP_NORM_FWD_RINGWS", 200 << 10);
       const bool ws = wbytes > 0 && tune("KP_NORM_FWD_WSMEM", 1) && wbytes + 2 * per_stage <= budget_ws;
