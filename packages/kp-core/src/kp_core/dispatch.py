@@ -50,10 +50,10 @@ _compiling: Optional[Callable[[], bool]] = None
 
 def _is_compiling() -> bool:
     global _compiling
-    if _compiling is None:  # bound on first use: this module imports without torch
-        import torch
+    if _compiling is None:  # bound on first use: registry imports torch, this module does not
+        from .registry import is_compiling
 
-        _compiling = torch.compiler.is_compiling
+        _compiling = is_compiling
     return _compiling()
 
 
