@@ -202,6 +202,25 @@ def _dx_and_weight_grads(g, xhat, dy, rstd, mean_g_xhat, mean_g, rows, cols, mas
 
 
 @triton.jit
+def _load_bwd_tile(DY, X, MEAN, RSTD, M, tile, cols, col_mask, stride_dy, stride_x,
+                   IS_RMS: tl.constexpr, BLOCK_M: tl.constexpr):
+    # Rows tile*BLOCK_M ... of dy and xhat (fp32, 0 outside the tile), with the masks and rstd.
+    rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_mask = rows < M
+    mask = row_mask[:, None] & col_mask[None, :]
+    rows = rows.to(tl.int64)
+    dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+    if IS_RMS:
+        xhat = x * rstd[:, None]
+    else:
+        mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
+        xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+    return rows, row_mask, mask, dy, rstd, xhat
+
+
+@triton.jit
 def _store_partials(DW_PART, DB_PART, pid, N, cols, col_mask, dw_acc, db_acc,
                     HAS_DW: tl.constexpr, HAS_DB: tl.constexpr):
     # Partial row `pid` of dw/db: the sums over this program's fixed set of rows.
@@ -231,18 +250,8 @@ def _norm_bwd_kernel(
     db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
 
     for tile in range(pid, tl.cdiv(M, BLOCK_M), num_progs):
-        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_mask = rows < M
-        mask = row_mask[:, None] & col_mask[None, :]
-        rows = rows.to(tl.int64)
-        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
-        if IS_RMS:
-            xhat = x * rstd[:, None]
-        else:
-            mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
-            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
+        rows, row_mask, mask, dy, rstd, xhat = _load_bwd_tile(
+            DY, X, MEAN, RSTD, M, tile, cols, col_mask, stride_dy, stride_x, IS_RMS, BLOCK_M)
         if HAS_W:
             if W_IN_REGS:
                 w = w_regs
@@ -309,19 +318,9 @@ def _norm_bwd_split_kernel(
     dw_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     for tile in range(pid, tl.cdiv(M, BLOCK_M), num_progs):
-        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_mask = rows < M
-        mask = row_mask[:, None] & col_mask[None, :]
-        rows = rows.to(tl.int64)
-        dy = tl.load(DY + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        x = tl.load(X + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        rstd = tl.load(RSTD + rows, mask=row_mask, other=0.0)
+        rows, row_mask, mask, dy, rstd, xhat = _load_bwd_tile(
+            DY, X, MEAN, RSTD, M, tile, cols, col_mask, stride_dy, stride_x, IS_RMS, BLOCK_M)
         mean_g_xhat = tl.load(DOTS + 2 * rows, mask=row_mask, other=0.0)
-        if IS_RMS:
-            xhat = x * rstd[:, None]
-        else:
-            mean = tl.load(MEAN + rows, mask=row_mask, other=0.0)
-            xhat = tl.where(mask, (x - mean[:, None]) * rstd[:, None], 0.0)
         if HAS_W:
             g = dy * w[None, :]
         else:
