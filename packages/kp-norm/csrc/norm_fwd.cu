@@ -21,8 +21,10 @@ using kp::Ld;
 
 // ---- pieces shared by the kernels ---------------------------------------------------------------
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// LayerNorm over a cluster: each CTA pushes (sum, M2 about its own mean, n) of its slice (see
-// ClusterExchange); M2 = sum_r M2_r + n_r (mean_r - mean)^2 (Chan et al.), in rank order.
+// LayerNorm over a cluster: each CTA pushes (sum, M2 about its own mean, n, its mean) of its slice
+// (see ClusterExchange); M2 = sum_r M2_r + n_r (mean_r - mean)^2 (Chan et al.), in rank order.
+// Every thread of every CTA runs this each row, so mean_r comes from the sender (an IEEE division
+// here, per rank, cost the 8-CTA LayerNorm more instructions than a quarter of its output pass).
 __device__ __forceinline__ void chan_merge(const float4* r, int csize, float inv_cols, float& mean, float& m2) {
   float s = 0.f;
   for (int i = 0; i < csize; ++i) s += r[i].x;
@@ -30,7 +32,7 @@ __device__ __forceinline__ void chan_merge(const float4* r, int csize, float inv
   m2 = 0.f;
   for (int i = 0; i < csize; ++i) {
     const float4 v = r[i];
-    const float dm = v.z > 0.f ? v.x / v.z - mean : 0.f;
+    const float dm = v.w - mean;  // n_r = 0 (a slice past the row) sends mean_r = 0: v.z * dm = 0
     m2 += fmaf(v.z * dm, dm, v.y);
   }
 }
@@ -80,15 +82,20 @@ __device__ __forceinline__ float affine_out(float h, float mean, float rstd, flo
 // [stages][nv][rppc][blockDim], then (WS) the weight and bias slices [nv][wpp][blockDim].
 constexpr int kRingNV = 8;
 
-// WS: the weight (and bias) slices are staged in smem once (see plan_fwd for when). RMSNorm
-// without a residual: three 512-thread CTAs an SM, <= 40 registers a thread; LayerNorm and
-// residual kernels two (at 40 registers LayerNorm spilled and ran 8 points slower).
-template <typename T, typename W, bool RES, bool RMS, bool WS>
-__global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_kernel(const FwdParams p) {
+// Where the output pass finds the weight (and bias) slice of a thread (see plan_fwd for when):
+// kWL2: read from global memory (L2) every row; kWSmem: staged in smem once; kWReg: held in
+// registers as raw packets from the start (one CTA an SM, so 128 registers and all the smem to
+// spend on the ring). kWL2/kWSmem RMSNorm without a residual: three 512-thread CTAs an SM, <= 40
+// registers a thread; LayerNorm and residual kernels two (at 40 registers LayerNorm spilled and
+// ran 8 points slower).
+enum WMode { kWL2 = 0, kWSmem = 1, kWReg = 2 };
+template <typename T, typename W, bool RES, bool RMS, int WM>
+__global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3 : 2) fwd_ring_kernel(const FwdParams p) {
+  constexpr bool WS = WM == kWSmem, WR = WM == kWReg, PIPE = WR;
   constexpr int VEC = 16 / sizeof(T), NVM = kRingNV;
   extern __shared__ uint4 ring_smem[];
   __shared__ float red[2][32];
-  __shared__ kp::ClusterExchange cx;  // one partial per CTA per row, pushed (no cluster barrier)
+  __shared__ kp::ClusterExchangeN<PIPE ? 4 : 2> cx;  // one partial per CTA per row, pushed (no cluster barrier)
 
   const int tid = threadIdx.x, bd = blockDim.x, tpr = p.tpr, nv = p.nv, S = p.stages;
   const int crank = static_cast<int>(blockIdx.x % p.csize);
@@ -144,6 +151,19 @@ __global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_ker
       kp::unpack<T>(xring[(s * nv + i) * bd], h);
     }
   };
+  // kWReg: 16-bit weights and bias of 8 chunks are 2 x 32 registers; zeros past the row.
+  uint4 wreg[WR ? NVM * WPP : 1], breg[WR && !RMS ? NVM * WPP : 1];
+  if constexpr (WR) {
+#pragma unroll
+    for (int i = 0; i < NVM; ++i)
+#pragma unroll
+      for (int j = 0; j < WPP; ++j) {
+        const bool ok = in(i);
+        wreg[i * WPP + j] = ok && p.has_w ? kp::ld16<Ld::RO>(static_cast<const W*>(p.w) + col(i) + j * WPN) : make_uint4(0, 0, 0, 0);
+        if constexpr (!RMS)
+          breg[i * WPP + j] = ok && p.has_b ? kp::ld16<Ld::RO>(static_cast<const W*>(p.b) + col(i) + j * WPN) : make_uint4(0, 0, 0, 0);
+      }
+  }
   if constexpr (WS) {  // joins the first row's cp.async group
     const bool hb = !RMS && p.has_b;
 #pragma unroll
@@ -157,12 +177,13 @@ __global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_ker
   }
   for (int s = 0; s < S; ++s) issue(s, my_team + s * nteams);
 
-  int k = 0, nred = 0;
-  for (int64_t row = my_team; row < p.rows; row += nteams, ++k) {  // the same trip count cluster-wide
-    const int st = k % S;
-    kp::cp_async_wait(S - 1);  // this row's group has landed
-
-    if constexpr (RES) {  // pass 0: h = x + res, rounded to res_dtype, into the res ring and res_out
+  // This CTA's statistics of the row in stage st (after pass 0, which with a residual writes
+  // h = x + res, rounded to res_dtype, into the res ring and res_out). RMS: (sum of squares, -, -, -).
+  // LayerNorm, exact two-pass over the slice: (sum, M2 about the slice mean, valid columns, slice
+  // mean). Chunks past the row read 0.
+  int nred = 0;
+  auto local_stats = [&](int st, int64_t row) -> float4 {
+    if constexpr (RES) {
       char* orow = p.has_res_out ? static_cast<char*>(p.res_out) + row * p.res_out_stride * esz : nullptr;
 #pragma unroll
       for (int i = 0; i < NVM; ++i) {
@@ -188,10 +209,6 @@ __global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_ker
         }
       }
     }
-
-    // Statistics. LayerNorm: exact two-pass (slice mean, then squared deviations from it); a
-    // cluster merges the CTA partials (sum, M2, n) with Chan's formula. Chunks past the row read 0.
-    float mean = 0.f, m2;
     float a[1] = {0.f};
 #pragma unroll
     for (int i = 0; i < NVM; ++i) {
@@ -202,33 +219,72 @@ __global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_ker
       for (int q = 0; q < VEC; ++q) a[0] = RMS ? fmaf(h[q], h[q], a[0]) : a[0] + h[q];
     }
     team_sum(a, tpr, red[nred++ & 1]);
-    if constexpr (RMS) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if (p.csize > 1) a[0] = cx.sum(k, make_float4(a[0], 0.f, 0.f, 0.f), p.csize).x;
-#endif
-      m2 = a[0];
-    } else {
-      const float s_here = a[0];
-      const int n_here = max(0, min(tpr * nv * VEC, p.cols - base));  // valid columns of this CTA's slice
-      mean = n_here > 0 ? __fdividef(s_here, static_cast<float>(n_here)) : 0.f;
-      a[0] = 0.f;
+    if constexpr (RMS) return make_float4(a[0], 0.f, 0.f, 0.f);
+    const float s_here = a[0];
+    const int n_here = max(0, min(tpr * nv * VEC, p.cols - base));  // valid columns of this CTA's slice
+    const float mean = n_here > 0 ? __fdividef(s_here, static_cast<float>(n_here)) : 0.f;
+    a[0] = 0.f;
 #pragma unroll
-      for (int i = 0; i < NVM; ++i) {
-        if (!in(i)) continue;
-        float h[VEC];
-        read_h(st, i, h);
+    for (int i = 0; i < NVM; ++i) {
+      if (!in(i)) continue;
+      float h[VEC];
+      read_h(st, i, h);
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) a[0] = fmaf(h[q] - mean, h[q] - mean, a[0]);
-      }
-      team_sum(a, tpr, red[nred++ & 1]);
-      m2 = a[0];
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if (p.csize > 1) {
-        cx.send(k, make_float4(s_here, m2, static_cast<float>(n_here), 0.f), p.csize);
-        chan_merge(cx.wait(k, p.csize), p.csize, p.inv_cols, mean, m2);
-      }
-#endif
+      for (int q = 0; q < VEC; ++q) a[0] = fmaf(h[q] - mean, h[q] - mean, a[0]);
     }
+    team_sum(a, tpr, red[nred++ & 1]);
+    return make_float4(s_here, a[0], static_cast<float>(n_here), mean);
+  };
+  // Push row k's partial to every CTA of the cluster (the sum and the merge wait for the others').
+  auto send_stats = [&](int k, const float4& v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (p.csize > 1) cx.send(k, v, p.csize);
+#endif
+  };
+  // Row statistics from this CTA's partial v (and, in a cluster, everyone's for row k): mean, m2.
+  // LayerNorm merges the CTA partials (sum, M2, n) with Chan's formula.
+  auto row_stats = [&](int k, const float4& v, float& mean, float& m2) {
+    mean = RMS ? 0.f : v.w;
+    m2 = RMS ? v.x : v.y;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (p.csize > 1) {
+      const float4* r = cx.wait(k, p.csize);
+      if constexpr (RMS) {
+        m2 = 0.f;
+        for (int i = 0; i < p.csize; ++i) m2 += r[i].x;
+      } else {
+        chan_merge(r, p.csize, p.inv_cols, mean, m2);
+      }
+    }
+#endif
+  };
+
+  // PIPE: the statistics of row k + 1 are computed (and sent) before row k's are merged, so the
+  // cluster exchange of row k overlaps a whole pass of work (needs S >= 2: row k + 1 is in the ring).
+  float4 cur = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (PIPE && my_team < p.rows) {
+    kp::cp_async_wait(S - 1);
+    cur = local_stats(0, my_team);
+    send_stats(0, cur);
+  }
+  int k = 0;
+  for (int64_t row = my_team; row < p.rows; row += nteams, ++k) {  // the same trip count cluster-wide
+    const int st = k % S;
+    float4 nxt = cur;
+    if constexpr (PIPE) {
+      if (row + nteams < p.rows) {
+        kp::cp_async_wait(S - 2);  // row k + 1's group has landed
+        nxt = local_stats((k + 1) % S, row + nteams);
+        send_stats(k + 1, nxt);
+      }
+    } else {
+      kp::cp_async_wait(S - 1);  // this row's group has landed
+      cur = local_stats(st, row);
+      send_stats(k, cur);
+    }
+    float mean, m2;
+    row_stats(k, cur, mean, m2);
+    if constexpr (PIPE) cur = nxt;
     const float rstd = rsqrtf(m2 * p.inv_cols + p.eps);
     if (tid == 0 && crank == 0) {
       if (p.rstd) p.rstd[row] = rstd;
@@ -238,6 +294,13 @@ __global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_ker
     // Output: y = (h - mean) * rstd * (w + offset) + b. Each chunk's slot is refilled with row
     // k + stages as soon as it has been read for the last time, so the next row's copy overlaps
     // this row's stores (the copy is issued after the store that consumed the slot's value).
+    if constexpr (WR) {  // opaque each row: else the decoded fp32 weights get hoisted out of the row loop (2x the registers)
+#pragma unroll
+      for (int j = 0; j < NVM * WPP; ++j) {
+        kp::opaque(wreg[j]);
+        if constexpr (!RMS) kp::opaque(breg[j]);
+      }
+    }
     T* yr = row_ptr<T>(p.y, row, p.y_stride);
     const int64_t nrow = row + S * nteams;
     const bool more = nrow < p.rows;
@@ -253,6 +316,12 @@ __global__ void __launch_bounds__(kMaxThreads, RMS && !RES ? 3 : 2) fwd_ring_ker
           for (int j = 0; j < WPP; ++j) {
             if constexpr (HW) kp::unpack<W>(wring[(i * WPP + j) * bd], w + j * WPN);
             if constexpr (HB) kp::unpack<W>(bring[(i * WPP + j) * bd], b + j * WPN);
+          }
+        } else if constexpr (WR) {
+#pragma unroll
+          for (int j = 0; j < WPP; ++j) {
+            if constexpr (HW) kp::unpack<W>(wreg[i * WPP + j], w + j * WPN);
+            if constexpr (HB) kp::unpack<W>(breg[(RMS ? 0 : i * WPP + j)], b + j * WPN);
           }
         } else {
           if constexpr (HW) kp::ld_chunk<W, VEC, Ld::RO>(static_cast<const W*>(p.w) + col(i), w);
@@ -438,7 +507,7 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
     m2 = a[0];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (p.csize > 1) {
-      cx.send(0, make_float4(s_here, m2, static_cast<float>(n_here), 0.f), p.csize);
+      cx.send(0, make_float4(s_here, m2, static_cast<float>(n_here), mean), p.csize);
       chan_merge(cx.wait(0, p.csize), p.csize, p.inv_cols, mean, m2);
     }
 #endif
@@ -604,19 +673,23 @@ __global__ void __launch_bounds__(kMultiThreads) fwd_multipass_kernel(const FwdP
 // ---- host ---------------------------------------------------------------------------------------
 using FwdKernel = void (*)(const FwdParams);
 
-template <typename T, typename W, bool WS>
-FwdKernel ring_for_ws(bool res, bool rms) {
-  if (res) return rms ? fwd_ring_kernel<T, W, true, true, WS> : fwd_ring_kernel<T, W, true, false, WS>;
-  return rms ? fwd_ring_kernel<T, W, false, true, WS> : fwd_ring_kernel<T, W, false, false, WS>;
+template <typename T, typename W, int WM>
+FwdKernel ring_for_wm(bool res, bool rms) {
+  if (res) return rms ? fwd_ring_kernel<T, W, true, true, WM> : fwd_ring_kernel<T, W, true, false, WM>;
+  return rms ? fwd_ring_kernel<T, W, false, true, WM> : fwd_ring_kernel<T, W, false, false, WM>;
 }
+// kWReg only without a residual (the residual ring kernels spill at 128 registers; not measured)
+// and where weights are as wide as x (fp32 weights of a 16-bit x would take 128 registers).
 template <typename T, typename W>
-FwdKernel ring_for_w(bool ws, bool res, bool rms) {
-  return ws ? ring_for_ws<T, W, true>(res, rms) : ring_for_ws<T, W, false>(res, rms);
+FwdKernel ring_for_w(int wm, bool res, bool rms) {
+  if constexpr (sizeof(W) == sizeof(T))
+    if (wm == kWReg && !res) return rms ? fwd_ring_kernel<T, W, false, true, kWReg> : fwd_ring_kernel<T, W, false, false, kWReg>;
+  return wm == kWSmem ? ring_for_wm<T, W, kWSmem>(res, rms) : ring_for_wm<T, W, kWL2>(res, rms);
 }
 template <typename T>
-FwdKernel ring_for(bool w_f32, bool ws, bool res, bool rms) {
-  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, float>(ws, res, rms);
-  else return w_f32 ? ring_for_w<T, float>(ws, res, rms) : ring_for_w<T, T>(ws, res, rms);
+FwdKernel ring_for(bool w_f32, int wm, bool res, bool rms) {
+  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, float>(wm, res, rms);
+  else return w_f32 ? ring_for_w<T, float>(wm, res, rms) : ring_for_w<T, T>(wm, res, rms);
 }
 template <typename T, typename W, bool RES, bool RMS>
 FwdKernel direct_for_w(int e, bool vector) {
@@ -672,24 +745,30 @@ FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32
     t.multipass = t.nv > kRingNV;  // wider than 16 CTAs x 512 threads x kRingNV chunks (or one CTA, pre-sm90)
     if (!t.multipass) {
       const int per_stage = t.threads * t.e * (static_cast<int>(sizeof(T)) + (res ? (res_f32 ? 4 : sizeof(T)) : 0));
-      // Two shapes measured best (H100, NOTES.md): the weight (and bias) slices staged once in smem
-      // next to a ring of two or more rows, one CTA an SM, when that fits the ring budget
-      // (RMSNorm); otherwise weights read from L2 (no smem to spare for them) and one row a
-      // CTA, several CTAs an SM overlapping each other (LayerNorm: weights and bias are twice x).
+      // Where the weights live (WMode). kWReg: in registers, one CTA an SM with the whole smem
+      // for the ring (16-bit or fp32-with-fp32 weights only). kWSmem: staged once in smem next to
+      // a ring of two or more rows, one CTA an SM, when that fits the budget. kWL2: read from L2
+      // each row, one row a CTA and several CTAs an SM overlapping each other.
       const int wbytes = n_affine * t.threads * t.e * (w_f32 ? 4 : static_cast<int>(sizeof(T)));
+      // kWReg kernels pipeline the statistics of the next row, so they need two stages.
+      const bool wr = wbytes > 0 && !res && (!w_f32 || sizeof(T) == 4) && tune("KP_NORM_FWD_WREG", 1) &&
+                      2 * per_stage <= dev.smem_optin - kStaticSmemSlack;
       const int budget_ws = tune("KP_NORM_FWD_RINGWS", 200 << 10);
-      const bool ws = wbytes > 0 && tune("KP_NORM_FWD_WSMEM", 1) && wbytes + 2 * per_stage <= budget_ws;
+      const bool ws = !wr && wbytes > 0 && tune("KP_NORM_FWD_WSMEM", 1) && wbytes + 2 * per_stage <= budget_ws;
+      const int wm = wr ? kWReg : ws ? kWSmem : kWL2;
       const int room = dev.smem_optin - kStaticSmemSlack - (ws ? wbytes : 0);
       if (per_stage > room) {
         t.multipass = true;
       } else {
-        pl.kernel = ring_for<T>(w_f32, ws, res, rms);
+        pl.kernel = ring_for<T>(w_f32, wm, res, rms);
         const void* k = reinterpret_cast<const void*>(pl.kernel);
         // Ring depth: stages (up to 4) within the budget; each stage is refilled with the row
         // `stages` ahead as soon as the output pass has read it, so 1 already overlaps the next
         // row's copy with this row's output.
-        const int budget = ws ? budget_ws - wbytes : tune("KP_NORM_FWD_RING", 100 << 10);
-        t.stages = std::max(1, std::min({tune("KP_NORM_FWD_STAGES", 4), budget / per_stage, room / per_stage}));
+        const int budget = wr   ? tune("KP_NORM_FWD_RINGWR", 220 << 10)
+                           : ws ? budget_ws - wbytes
+                                : tune("KP_NORM_FWD_RING", 100 << 10);
+        t.stages = std::max(wr ? 2 : 1, std::min({tune("KP_NORM_FWD_STAGES", 4), budget / per_stage, room / per_stage}));
         pl.smem = static_cast<size_t>(t.stages) * per_stage + (ws ? wbytes : 0);
         if (t.csize > 1) {
           pl.grid = std::min<int64_t>(kp::max_active_clusters(k, device, t.threads, pl.smem, t.csize), rows) * t.csize;

@@ -85,13 +85,19 @@ template <int N> __device__ __forceinline__ void cluster_gather_sum(const float*
 // each use. A persistent kernel that combines per-CTA partials once per row pays that per row.
 // Instead each CTA pushes its partial (up to 4 floats) into every CTA's smem with st.async, whose
 // arrival completes bytes on the receiver's mbarrier; receivers wait on their own mbarrier only.
-// Two buffers alternate by row: a CTA sends row k+2 only after receiving every CTA's row k+1, which
-// each sends only after reading its row-k buffer (past a CTA barrier), so a buffer is never
-// overwritten while it is read. The sum over ranks is in rank order: bit-identical in every CTA.
+// NB buffers rotate by row. NB = 2 when a CTA sends row k+1 after it has waited for row k: it sends
+// row k+2 only after receiving every CTA's row k+1, which each sends only after reading its row-k
+// buffer (past a CTA barrier), so a buffer is never overwritten while it is read. NB = 4 when a
+// CTA sends row k+1 *before* waiting for row k (the statistics of the next row overlap the
+// exchange of this one): row k+4's send then follows the sender's wait for row k+2, hence every
+// CTA's send of row k+2, which each makes only after reading its row-k buffer.
+// The sum over ranks is in rank order: bit-identical in every CTA.
 // The type exists for every arch (kernels declare it in __shared__); its methods only work on sm90+.
-struct ClusterExchange {
-  float4 slot[2][16];  // [buffer][sender rank]
-  uint64_t bar[2];
+template <int NB = 2>
+struct ClusterExchangeN {
+  static_assert(NB == 2 || NB == 4, "a power of two the wait parity can be taken from");
+  float4 slot[NB][16];  // [buffer][sender rank]
+  uint64_t bar[NB];
 
   __device__ __forceinline__ static uint32_t saddr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -107,24 +113,23 @@ struct ClusterExchange {
   __device__ __forceinline__ void init(int csize) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (threadIdx.x == 0) {
-      for (int b = 0; b < 2; ++b) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(saddr(&bar[b])) : "memory");
+      for (int b = 0; b < NB; ++b) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(saddr(&bar[b])) : "memory");
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-      arm(0, csize);
-      arm(1, csize);
+      for (int b = 0; b < NB; ++b) arm(b, csize);
     }
     cluster_sync();
 #endif
   }
   // Row k's partial v (the same in every thread of this CTA): lanes < csize of warp 0 push it to
-  // rank `lane`'s slot[k & 1][my rank].
+  // rank `lane`'s slot[k % NB][my rank].
   __device__ __forceinline__ void send(int k, float4 v, int csize) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const int lane = threadIdx.x;
     if (lane < csize) {
       const uint32_t me = cluster_rank();
       uint32_t dst, mb;
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(dst) : "r"(saddr(&slot[k & 1][me])), "r"(lane));
-      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(mb) : "r"(saddr(&bar[k & 1])), "r"(lane));
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(dst) : "r"(saddr(&slot[k % NB][me])), "r"(lane));
+      asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(mb) : "r"(saddr(&bar[k % NB])), "r"(lane));
       asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(dst),
                    "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
                    "r"(__float_as_uint(v.w)), "r"(mb)
@@ -132,11 +137,11 @@ struct ClusterExchange {
     }
 #endif
   }
-  // Wait for row k's partials from all csize CTAs; returns the buffer to read (slot[k & 1][r]).
-  // Thread 0 re-arms the buffer for row k + 2 as soon as it has seen row k complete.
+  // Wait for row k's partials from all csize CTAs; returns the buffer to read (slot[k % NB][r]).
+  // Thread 0 re-arms the buffer for row k + NB as soon as it has seen row k complete.
   __device__ __forceinline__ const float4* wait(int k, int csize) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const uint32_t b = saddr(&bar[k & 1]), parity = (k >> 1) & 1;
+    const uint32_t b = saddr(&bar[k % NB]), parity = (k / NB) & 1;
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
@@ -146,9 +151,9 @@ struct ClusterExchange {
         "}\n" ::"r"(b),
         "r"(parity)
         : "memory");
-    if (threadIdx.x == 0) arm(k & 1, csize);
+    if (threadIdx.x == 0) arm(k % NB, csize);
 #endif
-    return slot[k & 1];
+    return slot[k % NB];
   }
   // send + wait, then the sum over ranks of each component, in rank order (the same in every CTA).
   __device__ __forceinline__ float4 sum(int k, float4 v, int csize) {
@@ -159,5 +164,6 @@ struct ClusterExchange {
     return t;
   }
 };
+using ClusterExchange = ClusterExchangeN<2>;
 
 }  // namespace kp

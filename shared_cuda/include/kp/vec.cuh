@@ -47,6 +47,11 @@ template <typename S, int N> __device__ __forceinline__ void st_chunk(S* p, cons
   for (int j = 0; j < N / P; ++j) st16(p + j * P, pack<S>(v + j * P));
 }
 
+// A register packet the compiler must treat as changed here (no instruction is emitted): keeps a
+// loop-invariant packet from being decoded once and its floats hoisted out of a loop, which would
+// hold twice the registers for the whole loop.
+__device__ __forceinline__ void opaque(uint4& v) { asm volatile("" : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)); }
+
 // ---- cp.async (sm80+): global -> shared copies that complete in the background -------------------
 // A thread that copies a packet and later reads it back itself needs only cp.async.wait_group, no
 // CTA barrier: that is how kp kernels keep several rows in flight without spending registers.
