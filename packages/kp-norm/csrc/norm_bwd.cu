@@ -83,18 +83,25 @@ __device__ __forceinline__ void write_partials(const float (&aw)[E], const float
 // in smem made once. Per-row address math is hoisted: a thread's columns are the same every row.
 // A thread reads only smem it wrote or copied itself (no barrier besides the reductions).
 // Dynamic smem: rings for dy, x, dres (when given) [stages][chunk][packet][blockDim], the
-// per-thread (mean, rstd) ring [stages][2][blockDim], then w_eff [E/4][blockDim] float4. After the
-// loop the front is reused for the warp-team merge.
+// per-thread (mean, rstd) ring [stages][2][blockDim], then w_eff [E/4][blockDim] float4 (not
+// WRP). After the loop the front is reused for the warp-team merge.
 // DB: db is wanted (LayerNorm with a bias), so a second set of E accumulators lives in registers;
 // without it those registers go to occupancy (and the partial count follows, see plan_bwd).
-template <typename T, typename X, typename W, int E, bool WT, bool DB>
+// WRP (CTA/cluster teams without db, W as wide as T; plan_bwd says when): w is held in registers
+// as raw packets, w_eff made at use, and its smem goes to a deeper ring. The row loop is
+// pipelined: pass 1 of row k + 1 and the push of its sums come before the wait for row k's
+// cluster sums and row k's pass 2, so the exchange latency overlaps a pass of work.
+template <typename T, typename X, typename W, int E, bool WT, bool DB, bool WRP>
 __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(const BwdParams p) {
   constexpr int VEC = 16 / sizeof(T), NV = E / VEC;
   constexpr int XPP = VEC * sizeof(X) / 16, WPP = VEC * sizeof(W) / 16;  // packets a chunk
   static_assert(E % VEC == 0 && VEC % 4 == 0, "E must be whole chunks");
+  static_assert(!WRP || (!WT && !DB && sizeof(W) == sizeof(T)), "WRP: CTA/cluster teams, no db, W as wide as T");
   extern __shared__ uint4 ring_smem[];
   __shared__ float red[2][64];
-  __shared__ kp::ClusterExchange cx;  // the row sums of each CTA, pushed (no cluster barrier)
+  // The row sums of each CTA, pushed (no cluster barrier). WRP pushes row k + 1 before it waits
+  // for row k: four buffers (kp::ClusterExchangeN).
+  __shared__ kp::ClusterExchangeN<WRP ? 4 : 2> cx;
 
   const int tid = threadIdx.x, bd = blockDim.x, tpr = p.tpr, S = p.stages;
   int lane, team = 0, tpc = 1, crank = 0;
@@ -122,14 +129,22 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
   uint4* const rx = rdy + S * NV * bd;        // [S][NV][XPP][bd]
   uint4* const rdr = rx + S * NV * XPP * bd;  // [S][NV][XPP][bd] when has_dres
   float* const rst = reinterpret_cast<float*>(ring_smem + S * NV * (1 + (has_dres ? 2 : 1) * XPP) * bd) + tid;
-  float4* const wsm = reinterpret_cast<float4*>(rst - tid + 2 * S * bd) + tid;  // [NV * VEC/4][bd]
+  float4* const wsm = reinterpret_cast<float4*>(rst - tid + 2 * S * bd) + tid;  // [NV * VEC/4][bd] (not WRP)
 
   // This thread's columns: chunk i starts at col[i] (the same every row); ok[i]: inside the row.
   int cols_[NV];
   bool okc[NV];
 #pragma unroll
   for (int i = 0; i < NV; ++i) cols_[i] = base + (i * tpr + lane) * VEC, okc[i] = cols_[i] < p.cols;
-  {  // w_eff once: fp32, thread-private slots (no barrier needed)
+  uint4 wreg[WRP ? NV * WPP : 1];  // WRP: raw w, zeros past the row or without a weight
+  if constexpr (WRP) {
+    const W* wp = static_cast<const W*>(p.w);
+#pragma unroll
+    for (int i = 0; i < NV; ++i)
+#pragma unroll
+      for (int j = 0; j < WPP; ++j)
+        wreg[i * WPP + j] = p.has_w && okc[i] ? kp::ld16<Ld::RO>(wp + cols_[i] + j * kp::Packet<W>::N) : make_uint4(0, 0, 0, 0);
+  } else {  // w_eff once: fp32, thread-private slots (no barrier needed)
     const W* wp = static_cast<const W*>(p.w);
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
@@ -199,59 +214,80 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
 #pragma unroll
   for (int j = 0; j < (DB ? E : 1); ++j) ab[j] = 0.f;
   const float inv_n = 1.f / static_cast<float>(p.cols);
-  int k = 0;
-  for (int64_t lead = lead0; lead < p.rows; lead += nteams, ++k) {
-    const int64_t row = my_team + (lead - lead0);
-    const bool active = row < p.rows;
-    const int st = k % S;
-    kp::cp_async_wait(S - 1);  // this row's group has landed
-    const float rs = rst[(2 * st + 1) * bd], nmr = -rst[(2 * st) * bd] * rs;  // xhat = x * rs + nmr
-    const int64_t nrow = row + S * nteams;
-    const bool nact = nrow < p.rows;
-    issue_stats(st, nrow);  // after the reads above (their values are in registers)
-
-    // Pass 1: the row sums and the dw (and db) accumulators. Idle teams and chunks past the row
-    // read zeros (dy = 0), so they add nothing.
-    float s2[2] = {0.f, 0.f};
-    {
+  if constexpr (WRP) {
+    // Groups: rows 0 .. S-1 above, then one a row, committed after its pass 2 (the chunks of row
+    // k + S, and its stats, issued into slot k % S only after their last reads). At the top of
+    // iteration k, S + k groups are committed, so row k + 1 has landed when at most S - 2 are
+    // pending: S >= 2 (launch_bwd; plan_bwd wants 3+ so that a row is in flight during pass 1).
+    // A CTA team's loop runs over its rows (lead == row): the same trip count cluster-wide.
+    const float w_add = p.has_w ? p.w_off : 1.f, w_add0 = p.has_w ? 0.f : 1.f;
+    auto pass1_send = [&](int k1, float& rs, float& nmr, float (&s2)[2]) {  // row k1 (landed)
+      const int st = k1 % S;
+      rs = rst[(2 * st + 1) * bd], nmr = -rst[(2 * st) * bd] * rs;
 #pragma unroll
       for (int i = 0; i < NV; ++i) {
         float d[VEC], xh[VEC], w[VEC];
         kp::unpack<T>(rdy[(st * NV + i) * bd], d);
         read_x(st, i, xh);
-        read_w(i, w);
+        // w_eff: the fp32 add of the smem copy; past the row 0, without a weight 1 (wreg is 0 there).
+        const float add = okc[i] ? w_add : w_add0;
+#pragma unroll
+        for (int j = 0; j < WPP; ++j) kp::unpack<W>(wreg[i * WPP + j], w + j * kp::Packet<W>::N);
 #pragma unroll
         for (int q = 0; q < VEC; ++q) {
+          w[q] += add;
           xh[q] = fmaf(xh[q], rs, nmr);
           aw[i * VEC + q] = fmaf(d[q], xh[q], aw[i * VEC + q]);
-          if constexpr (DB) ab[i * VEC + q] += d[q];
           const float g = d[q] * w[q];
           s2[0] = fmaf(g, xh[q], s2[0]);
           s2[1] += g;
         }
       }
-    }
-    team_sum(s2, tpr, red[k & 1]);
+      team_sum(s2, tpr, red[k1 & 1]);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (!WT && p.csize > 1) {
-      const float4 t = cx.sum(k, make_float4(s2[0], s2[1], 0.f, 0.f), p.csize);
-      s2[0] = t.x, s2[1] = t.y;
-    }
+      if (p.csize > 1) cx.send(k1, make_float4(s2[0], s2[1], 0.f, 0.f), p.csize);
 #endif
-    const float a = s2[0] * inv_n, c = p.is_rms ? 0.f : s2[1] * inv_n;
-
-    // Pass 2: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) [+ dres], rounded once to x_dtype.
-    // Then the chunk's slots take row k + S (zeros for an idle team: its pass 1 must read dy = 0).
-    X* dxr = row_ptr<X>(p.dx, active ? row : 0, p.dx_stride);
-    const RowPtrs np = row_ptrs(nrow, nact);
+    };
+    float rs = 0.f, nmr = 0.f, s2[2] = {0.f, 0.f};  // row k's, from its pass 1 to its pass 2
+    if (my_team < p.rows) {
+      kp::cp_async_wait(S - 1);  // row 0
+      pass1_send(0, rs, nmr, s2);
+    }
+    int k = 0;
+    for (int64_t row = my_team; row < p.rows; row += nteams, ++k) {
+      const int st = k % S;
+      const int64_t nrow = row + S * nteams;
+      const bool nact = nrow < p.rows;
+      issue_stats(st, nrow);  // row k's stats were read by its pass 1
+      float rs1 = 0.f, nmr1 = 0.f, t[2] = {0.f, 0.f};
+      if (row + nteams < p.rows) {
+        kp::cp_async_wait(S - 2);  // row k + 1
 #pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      if (!okc[i]) continue;
-      if (active) {
+        for (int j = 0; j < NV * WPP; ++j) kp::opaque(wreg[j]);  // else the decoded w is hoisted (2x the registers)
+        pass1_send(k + 1, rs1, nmr1, t);
+      }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      if (p.csize > 1) {  // the sum over ranks in rank order, as ClusterExchangeN::sum
+        const float4* r = cx.wait(k, p.csize);
+        s2[0] = s2[1] = 0.f;
+        for (int i = 0; i < p.csize; ++i) s2[0] += r[i].x, s2[1] += r[i].y;
+      }
+#endif
+      const float a = s2[0] * inv_n, c = p.is_rms ? 0.f : s2[1] * inv_n;
+
+      // Pass 2 of row k, as below; its slots take row k + S.
+#pragma unroll
+      for (int j = 0; j < NV * WPP; ++j) kp::opaque(wreg[j]);  // decode again: no w kept from pass 1
+      X* dxr = row_ptr<X>(p.dx, row, p.dx_stride);
+      const RowPtrs np = row_ptrs(nrow, nact);
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        if (!okc[i]) continue;
         float d[VEC], xh[VEC], w[VEC], r[VEC];
         kp::unpack<T>(rdy[(st * NV + i) * bd], d);
         read_x(st, i, xh);
-        read_w(i, w);
+#pragma unroll
+        for (int j = 0; j < WPP; ++j) kp::unpack<W>(wreg[i * WPP + j], w + j * kp::Packet<W>::N);
         if (has_dres) {
 #pragma unroll
           for (int j = 0; j < XPP; ++j) kp::unpack<X>(rdr[((st * NV + i) * XPP + j) * bd], r + j * kp::Packet<X>::N);
@@ -260,14 +296,89 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
           for (int q = 0; q < VEC; ++q) r[q] = 0.f;
         }
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) d[q] = fmaf(rs, fmaf(-fmaf(xh[q], rs, nmr), a, fmaf(d[q], w[q], -c)), r[q]);
+        for (int q = 0; q < VEC; ++q) {
+          w[q] += w_add;
+          d[q] = fmaf(rs, fmaf(-fmaf(xh[q], rs, nmr), a, fmaf(d[q], w[q], -c)), r[q]);
+        }
 #pragma unroll
         for (int j = 0; j < XPP; ++j)
           kp::st16(dxr + cols_[i] + j * kp::Packet<X>::N, kp::pack<X>(d + j * kp::Packet<X>::N));
+        issue_chunk(st, i, np, nact);
       }
-      issue_chunk(st, i, np, nact);
+      kp::cp_async_commit();
+      rs = rs1, nmr = nmr1, s2[0] = t[0], s2[1] = t[1];
     }
-    kp::cp_async_commit();
+  } else {
+    int k = 0;
+    for (int64_t lead = lead0; lead < p.rows; lead += nteams, ++k) {
+      const int64_t row = my_team + (lead - lead0);
+      const bool active = row < p.rows;
+      const int st = k % S;
+      kp::cp_async_wait(S - 1);  // this row's group has landed
+      const float rs = rst[(2 * st + 1) * bd], nmr = -rst[(2 * st) * bd] * rs;  // xhat = x * rs + nmr
+      const int64_t nrow = row + S * nteams;
+      const bool nact = nrow < p.rows;
+      issue_stats(st, nrow);  // after the reads above (their values are in registers)
+
+      // Pass 1: the row sums and the dw (and db) accumulators. Idle teams and chunks past the row
+      // read zeros (dy = 0), so they add nothing.
+      float s2[2] = {0.f, 0.f};
+      {
+#pragma unroll
+        for (int i = 0; i < NV; ++i) {
+          float d[VEC], xh[VEC], w[VEC];
+          kp::unpack<T>(rdy[(st * NV + i) * bd], d);
+          read_x(st, i, xh);
+          read_w(i, w);
+#pragma unroll
+          for (int q = 0; q < VEC; ++q) {
+            xh[q] = fmaf(xh[q], rs, nmr);
+            aw[i * VEC + q] = fmaf(d[q], xh[q], aw[i * VEC + q]);
+            if constexpr (DB) ab[i * VEC + q] += d[q];
+            const float g = d[q] * w[q];
+            s2[0] = fmaf(g, xh[q], s2[0]);
+            s2[1] += g;
+          }
+        }
+      }
+      team_sum(s2, tpr, red[k & 1]);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      if (!WT && p.csize > 1) {
+        const float4 t = cx.sum(k, make_float4(s2[0], s2[1], 0.f, 0.f), p.csize);
+        s2[0] = t.x, s2[1] = t.y;
+      }
+#endif
+      const float a = s2[0] * inv_n, c = p.is_rms ? 0.f : s2[1] * inv_n;
+
+      // Pass 2: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) [+ dres], rounded once to x_dtype.
+      // Then the chunk's slots take row k + S (zeros for an idle team: its pass 1 must read dy = 0).
+      X* dxr = row_ptr<X>(p.dx, active ? row : 0, p.dx_stride);
+      const RowPtrs np = row_ptrs(nrow, nact);
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        if (!okc[i]) continue;
+        if (active) {
+          float d[VEC], xh[VEC], w[VEC], r[VEC];
+          kp::unpack<T>(rdy[(st * NV + i) * bd], d);
+          read_x(st, i, xh);
+          read_w(i, w);
+          if (has_dres) {
+#pragma unroll
+            for (int j = 0; j < XPP; ++j) kp::unpack<X>(rdr[((st * NV + i) * XPP + j) * bd], r + j * kp::Packet<X>::N);
+          } else {
+#pragma unroll
+            for (int q = 0; q < VEC; ++q) r[q] = 0.f;
+          }
+#pragma unroll
+          for (int q = 0; q < VEC; ++q) d[q] = fmaf(rs, fmaf(-fmaf(xh[q], rs, nmr), a, fmaf(d[q], w[q], -c)), r[q]);
+#pragma unroll
+          for (int j = 0; j < XPP; ++j)
+            kp::st16(dxr + cols_[i] + j * kp::Packet<X>::N, kp::pack<X>(d + j * kp::Packet<X>::N));
+        }
+        issue_chunk(st, i, np, nact);
+      }
+      kp::cp_async_commit();
+    }
   }
   kp::cp_async_wait(0);
   const Lay<T, E, true> lay{base, lane, tpr, p.cols};
@@ -443,24 +554,31 @@ struct Plan {
   int per_stage = 0;      // ring bytes per stage without dres, and with dres
   int per_stage_dres = 0;
   size_t fixed = 0;       // smem besides the ring (w_eff)
+  bool wrp = false;       // the plan's kernel is a WRP one (launch_bwd may fall back, see plan_bwd)
 };
 
 // Warp teams and CTA/cluster teams, E = 8, 16 or 32 (plan_bwd).
 template <typename T, typename X, typename W, bool DB>
 BwdKernel ring_for_wd(int e, bool wt) {
-  if (wt) return e == 8 ? bwd_ring_kernel<T, X, W, 8, true, DB> : e == 16 ? bwd_ring_kernel<T, X, W, 16, true, DB>
-                                                                      : bwd_ring_kernel<T, X, W, 32, true, DB>;
-  return e == 8 ? bwd_ring_kernel<T, X, W, 8, false, DB> : e == 16 ? bwd_ring_kernel<T, X, W, 16, false, DB>
-                                                                 : bwd_ring_kernel<T, X, W, 32, false, DB>;
+  if (wt) return e == 8 ? bwd_ring_kernel<T, X, W, 8, true, DB, false> : e == 16 ? bwd_ring_kernel<T, X, W, 16, true, DB, false>
+                                                                             : bwd_ring_kernel<T, X, W, 32, true, DB, false>;
+  return e == 8 ? bwd_ring_kernel<T, X, W, 8, false, DB, false> : e == 16 ? bwd_ring_kernel<T, X, W, 16, false, DB, false>
+                                                                        : bwd_ring_kernel<T, X, W, 32, false, DB, false>;
 }
+// WRP twins: CTA/cluster teams without db (whose accumulators leave no registers for w), W as wide
+// as T (w takes E / 2 registers for 16-bit T; fp32 w of a 16-bit T would take E).
 template <typename T, typename X, typename W>
-BwdKernel ring_for_w(int e, bool wt, bool db) {
+BwdKernel ring_for_w(int e, bool wt, bool db, bool wrp) {
+  if constexpr (sizeof(W) == sizeof(T))
+    if (wrp && !wt && !db)
+      return e == 8 ? bwd_ring_kernel<T, X, W, 8, false, false, true> : e == 16 ? bwd_ring_kernel<T, X, W, 16, false, false, true>
+                                                                          : bwd_ring_kernel<T, X, W, 32, false, false, true>;
   return db ? ring_for_wd<T, X, W, true>(e, wt) : ring_for_wd<T, X, W, false>(e, wt);
 }
 template <typename T, typename X>
-BwdKernel ring_for(int e, bool wt, bool w_f32, bool db) {
-  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, X, float>(e, wt, db);
-  else return w_f32 ? ring_for_w<T, X, float>(e, wt, db) : ring_for_w<T, X, T>(e, wt, db);
+BwdKernel ring_for(int e, bool wt, bool w_f32, bool db, bool wrp = false) {
+  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, X, float>(e, wt, db, wrp);
+  else return w_f32 ? ring_for_w<T, X, float>(e, wt, db, wrp) : ring_for_w<T, X, T>(e, wt, db, wrp);
 }
 
 // Config table (NOTES.md). The plan (and so the number of partials) depends on the shape, dtypes,
@@ -522,6 +640,34 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
                                        cap / pl.per_stage_dres}));
       pl.smem = std::max(pl.merge, static_cast<size_t>(t.stages) * pl.per_stage + pl.fixed);
       if (pl.per_stage_dres > cap) t.multipass = true;
+      // WRP (see bwd_ring_kernel): w in registers, its smem to the ring. Only with 3+ stages: the
+      // pipelined loop keeps S - 2 rows in flight during pass 1. Chosen without looking at the
+      // weight dtype or dres, like the partial count: launch_bwd runs the non-WRP kernel, w_eff
+      // back in the same smem, for fp32 weights of a 16-bit T (no WRP twin) or when dres leaves
+      // fewer than 2 stages. The grid is this plan's, so WRP is taken only where both fallbacks,
+      // at this smem, are as resident as the WRP kernel (they take no more smem, and residency
+      // only grows as smem shrinks): the grid is one resident wave whichever kernel runs.
+      if (!t.multipass && !wt && !db && tune("KP_NORM_BWD_WRP", 1)) {
+        const BwdKernel kw = ring_for<T, X>(t.e, false, false, false, true);
+        const int bpw = std::max(1, kp::blocks_per_sm(reinterpret_cast<const void*>(kw), device, t.threads, 0));
+        const int sw = std::min({tune("KP_NORM_BWD_STAGES", 4), budget / (bpw * pl.per_stage),
+                                 (dev.smem_optin - kStaticSmemSlack) / pl.per_stage});
+        const size_t smem_w = static_cast<size_t>(std::max(0, sw)) * pl.per_stage;
+        auto resident = [&](BwdKernel k) {
+          const void* f = reinterpret_cast<const void*>(k);
+          return t.csize > 1 ? kp::max_active_clusters(f, device, t.threads, smem_w, t.csize)
+                             : kp::blocks_per_sm(f, device, t.threads, smem_w);
+        };
+        const int rw = sw >= 3 ? resident(kw) : 0;
+        if (rw >= 1 && resident(pl.kernel) >= rw &&
+            (sizeof(T) == sizeof(float) || resident(ring_for<T, X>(t.e, false, true, false)) >= rw)) {
+          pl.kernel = kw;
+          pl.wrp = true;
+          pl.fixed = 0;
+          t.stages = sw;
+          pl.smem = smem_w;
+        }
+      }
     } else {
       pl.kernel = bwd_direct_kernel<T, X>;
       pl.smem = pl.merge;
@@ -576,7 +722,19 @@ void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
       kp::rows_aligned16(a.dx, a.dx_stride, sizeof(X)) && kp::rows_aligned16(a.w, 0, ws) &&
       kp::rows_aligned16(a.dw_partial, 0, 4) && kp::rows_aligned16(a.db_partial, 0, 4);
   Plan pl = plan_bwd<T, X>(a.cols, vector, db, device);
-  if (vector && !pl.t.multipass) pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, a.weight_dtype == kp::kF32, db);
+  if (vector && !pl.t.multipass) {
+    const bool w_f32 = a.weight_dtype == kp::kF32;
+    // A WRP plan falls back to the non-WRP kernel (same grid and smem, see plan_bwd) for fp32
+    // weights of a 16-bit T, and when dres leaves fewer than the 2 stages its pipelined loop needs.
+    const bool wrp = pl.wrp && (sizeof(T) == sizeof(float) || !w_f32) &&
+                     (!a.dres || pl.smem >= 2 * static_cast<size_t>(pl.per_stage_dres));
+    if (pl.wrp && !wrp) pl.fixed = static_cast<size_t>(pl.t.threads) * pl.t.e * sizeof(float);  // w_eff
+    pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, w_f32, db, wrp);
+    if (pl.wrp && !wrp && !a.dres) {
+      pl.t.stages = std::max(1, static_cast<int>((pl.smem - pl.fixed) / pl.per_stage));
+      pl.smem = static_cast<size_t>(pl.t.stages) * pl.per_stage + pl.fixed;
+    }
+  }
   int stages = pl.t.stages;
   if (a.dres && vector && !pl.t.multipass) {  // a third stream: fewer stages in about the same smem
     stages = std::max(1, static_cast<int>((pl.smem - pl.fixed) / pl.per_stage_dres));

@@ -209,29 +209,36 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
         }
       }
     }
-    float a[1] = {0.f};
+    // kWReg: four independent sums a thread: one CTA an SM leaves 4 warps a scheduler, too few to
+    // hide a 64-long chain of dependent FADDs (ncu: "wait" stalls were the largest share). The
+    // 2-3 CTA kernels have the warps but not the registers.
+    constexpr int NA = WR ? 4 : 1;
+    float c4[4] = {0.f, 0.f, 0.f, 0.f};
+    float a[1];
 #pragma unroll
     for (int i = 0; i < NVM; ++i) {
       if (i >= nv) continue;
       float h[VEC];
       read_h(st, i, h);
 #pragma unroll
-      for (int q = 0; q < VEC; ++q) a[0] = RMS ? fmaf(h[q], h[q], a[0]) : a[0] + h[q];
+      for (int q = 0; q < VEC; ++q) c4[q % NA] = RMS ? fmaf(h[q], h[q], c4[q % NA]) : c4[q % NA] + h[q];
     }
+    a[0] = NA == 1 ? c4[0] : (c4[0] + c4[1]) + (c4[2] + c4[3]);
     team_sum(a, tpr, red[nred++ & 1]);
     if constexpr (RMS) return make_float4(a[0], 0.f, 0.f, 0.f);
     const float s_here = a[0];
     const int n_here = max(0, min(tpr * nv * VEC, p.cols - base));  // valid columns of this CTA's slice
     const float mean = n_here > 0 ? __fdividef(s_here, static_cast<float>(n_here)) : 0.f;
-    a[0] = 0.f;
+    c4[0] = c4[1] = c4[2] = c4[3] = 0.f;
 #pragma unroll
     for (int i = 0; i < NVM; ++i) {
       if (!in(i)) continue;
       float h[VEC];
       read_h(st, i, h);
 #pragma unroll
-      for (int q = 0; q < VEC; ++q) a[0] = fmaf(h[q] - mean, h[q] - mean, a[0]);
+      for (int q = 0; q < VEC; ++q) c4[q % NA] = fmaf(h[q] - mean, h[q] - mean, c4[q % NA]);
     }
+    a[0] = NA == 1 ? c4[0] : (c4[0] + c4[1]) + (c4[2] + c4[3]);
     team_sum(a, tpr, red[nred++ & 1]);
     return make_float4(s_here, a[0], static_cast<float>(n_here), mean);
   };
