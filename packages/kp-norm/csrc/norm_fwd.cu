@@ -21,10 +21,13 @@ using kp::Ld;
 
 // ---- pieces shared by the kernels ---------------------------------------------------------------
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// LayerNorm over a cluster: each CTA pushes (sum, M2 about its own mean, n, its mean) of its slice
-// (see ClusterExchange); M2 = sum_r M2_r + n_r (mean_r - mean)^2 (Chan et al.), in rank order.
-// Every thread of every CTA runs this each row, so mean_r comes from the sender (an IEEE division
-// here, per rank, cost the 8-CTA LayerNorm more instructions than a quarter of its output pass).
+// LayerNorm over a cluster: each CTA pushes (sum, M2 about its own mean, n[, its mean]) of its
+// slice (see ClusterExchange); M2 = sum_r M2_r + n_r (mean_r - mean)^2 (Chan et al.), in rank
+// order. The ring kernel runs this every row in every thread, so it sends mean_r (SENT_MEAN: an
+// IEEE division per rank here cost the 8-CTA LayerNorm more instructions than a quarter of its
+// output pass); the direct kernel divides here (one row a CTA, and the extra live register of the
+// sent mean made its 64-register LayerNorm spill: 97 -> 77% of copy at 1K-16K).
+template <bool SENT_MEAN>
 __device__ __forceinline__ void chan_merge(const float4* r, int csize, float inv_cols, float& mean, float& m2) {
   float s = 0.f;
   for (int i = 0; i < csize; ++i) s += r[i].x;
@@ -32,7 +35,8 @@ __device__ __forceinline__ void chan_merge(const float4* r, int csize, float inv
   m2 = 0.f;
   for (int i = 0; i < csize; ++i) {
     const float4 v = r[i];
-    const float dm = v.w - mean;  // n_r = 0 (a slice past the row) sends mean_r = 0: v.z * dm = 0
+    // n_r = 0 (a slice past the row) has sum 0 and mean_r 0: its term is 0.
+    const float dm = SENT_MEAN ? v.w - mean : v.z > 0.f ? v.x / v.z - mean : 0.f;
     m2 += fmaf(v.z * dm, dm, v.y);
   }
 }
@@ -260,7 +264,7 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
         m2 = 0.f;
         for (int i = 0; i < p.csize; ++i) m2 += r[i].x;
       } else {
-        chan_merge(r, p.csize, p.inv_cols, mean, m2);
+        chan_merge<true>(r, p.csize, p.inv_cols, mean, m2);
       }
     }
 #endif
@@ -514,8 +518,8 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
     m2 = a[0];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (p.csize > 1) {
-      cx.send(0, make_float4(s_here, m2, static_cast<float>(n_here), mean), p.csize);
-      chan_merge(cx.wait(0, p.csize), p.csize, p.inv_cols, mean, m2);
+      cx.send(0, make_float4(s_here, m2, static_cast<float>(n_here), 0.f), p.csize);
+      chan_merge<false>(cx.wait(0, p.csize), p.csize, p.inv_cols, mean, m2);
     }
 #endif
   }
