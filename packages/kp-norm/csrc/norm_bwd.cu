@@ -190,6 +190,15 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
 #pragma unroll
     for (int j = 0; j < XPP; ++j) kp::unpack<X>(rx[((s * NV + i) * XPP + j) * bd], v + j * kp::Packet<X>::N);
   };
+  auto read_dres = [&](int s, int i, float* r) {  // zeros without dres
+    if (has_dres) {
+#pragma unroll
+      for (int j = 0; j < XPP; ++j) kp::unpack<X>(rdr[((s * NV + i) * XPP + j) * bd], r + j * kp::Packet<X>::N);
+    } else {
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) r[q] = 0.f;
+    }
+  };
   auto read_w = [&](int i, float* w) {
 #pragma unroll
     for (int j = 0; j < VEC / 4; ++j) {
@@ -288,13 +297,7 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
         read_x(st, i, xh);
 #pragma unroll
         for (int j = 0; j < WPP; ++j) kp::unpack<W>(wreg[i * WPP + j], w + j * kp::Packet<W>::N);
-        if (has_dres) {
-#pragma unroll
-          for (int j = 0; j < XPP; ++j) kp::unpack<X>(rdr[((st * NV + i) * XPP + j) * bd], r + j * kp::Packet<X>::N);
-        } else {
-#pragma unroll
-          for (int q = 0; q < VEC; ++q) r[q] = 0.f;
-        }
+        read_dres(st, i, r);
 #pragma unroll
         for (int q = 0; q < VEC; ++q) {
           w[q] += w_add;
@@ -362,13 +365,7 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
           kp::unpack<T>(rdy[(st * NV + i) * bd], d);
           read_x(st, i, xh);
           read_w(i, w);
-          if (has_dres) {
-#pragma unroll
-            for (int j = 0; j < XPP; ++j) kp::unpack<X>(rdr[((st * NV + i) * XPP + j) * bd], r + j * kp::Packet<X>::N);
-          } else {
-#pragma unroll
-            for (int q = 0; q < VEC; ++q) r[q] = 0.f;
-          }
+          read_dres(st, i, r);
 #pragma unroll
           for (int q = 0; q < VEC; ++q) d[q] = fmaf(rs, fmaf(-fmaf(xh[q], rs, nmr), a, fmaf(d[q], w[q], -c)), r[q]);
 #pragma unroll
