@@ -91,7 +91,10 @@ __device__ __forceinline__ void write_partials(const float (&aw)[E], const float
 // as raw packets, w_eff made at use, and its smem goes to a deeper ring. The row loop is
 // pipelined: pass 1 of row k + 1 and the push of its sums come before the wait for row k's
 // cluster sums and row k's pass 2, so the exchange latency overlaps a pass of work.
-template <typename T, typename X, typename W, int E, bool WT, bool DB, bool WRP>
+// FT > 0 (CTA/cluster teams, E = 32): the CTA has FT threads and the row is exactly csize x FT x E
+// columns (16-bit hidden 4K-256K), so the geometry is compile-time: chunk offsets become
+// immediates and no chunk needs a bounds check (as the forward ring's FT).
+template <typename T, typename X, typename W, int E, bool WT, bool DB, bool WRP, int FT = 0>
 __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(const BwdParams p) {
   constexpr int VEC = 16 / sizeof(T), NV = E / VEC;
   constexpr int XPP = VEC * sizeof(X) / 16, WPP = VEC * sizeof(W) / 16;  // packets a chunk
@@ -103,7 +106,8 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
   // for row k: four buffers (kp::ClusterExchangeN).
   __shared__ kp::ClusterExchangeN<WRP ? 4 : 2> cx;
 
-  const int tid = threadIdx.x, bd = blockDim.x, tpr = p.tpr, S = p.stages;
+  static_assert(FT == 0 || !WT, "FT: CTA/cluster teams");
+  const int tid = threadIdx.x, bd = FT ? FT : blockDim.x, tpr = FT ? FT : p.tpr, S = p.stages;
   int lane, team = 0, tpc = 1, crank = 0;
   int64_t my_team, nteams, lead0;
   const int64_t part = blockIdx.x / p.csize;
@@ -135,7 +139,7 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
   int cols_[NV];
   bool okc[NV];
 #pragma unroll
-  for (int i = 0; i < NV; ++i) cols_[i] = base + (i * tpr + lane) * VEC, okc[i] = cols_[i] < p.cols;
+  for (int i = 0; i < NV; ++i) cols_[i] = base + (i * tpr + lane) * VEC, okc[i] = FT || cols_[i] < p.cols;
   uint4 wreg[WRP ? NV * WPP : 1];  // WRP: raw w, zeros past the row or without a weight
   if constexpr (WRP) {
     const W* wp = static_cast<const W*>(p.w);
@@ -171,11 +175,12 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
     return RowPtrs{row_ptr<T>(p.dy, rr, p.dy_stride), row_ptr<X>(p.x, rr, p.x_stride),
                    has_dres ? row_ptr<X>(p.dres, rr, p.dres_stride) : nullptr};
   };
-  auto issue_chunk = [&](int s, int i, const RowPtrs& rp, bool ok) {
+  // HD: dres is given (a compile-time copy of has_dres inside pass 2, see with_dres).
+  auto issue_chunk = [&](int s, int i, const RowPtrs& rp, bool ok, auto hd_t) {
     kp::cp_async16(rdy + (s * NV + i) * bd, rp.dy + cols_[i], ok);
 #pragma unroll
     for (int j = 0; j < XPP; ++j) kp::cp_async16(rx + ((s * NV + i) * XPP + j) * bd, rp.x + cols_[i] + j * kp::Packet<X>::N, ok);
-    if (has_dres) {
+    if (decltype(hd_t)::value) {
 #pragma unroll
       for (int j = 0; j < XPP; ++j)
         kp::cp_async16(rdr + ((s * NV + i) * XPP + j) * bd, rp.dres + cols_[i] + j * kp::Packet<X>::N, ok);
@@ -190,8 +195,8 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
 #pragma unroll
     for (int j = 0; j < XPP; ++j) kp::unpack<X>(rx[((s * NV + i) * XPP + j) * bd], v + j * kp::Packet<X>::N);
   };
-  auto read_dres = [&](int s, int i, float* r) {  // zeros without dres
-    if (has_dres) {
+  auto read_dres = [&](int s, int i, float* r, auto hd_t) {  // zeros without dres
+    if constexpr (decltype(hd_t)::value) {
 #pragma unroll
       for (int j = 0; j < XPP; ++j) kp::unpack<X>(rdr[((s * NV + i) * XPP + j) * bd], r + j * kp::Packet<X>::N);
     } else {
@@ -206,13 +211,21 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
       w[4 * j] = f.x, w[4 * j + 1] = f.y, w[4 * j + 2] = f.z, w[4 * j + 3] = f.w;
     }
   };
+  // Pass 2 comes in two copies, with and without dres, so the one without has neither its reads
+  // nor its zeros (a uniform branch a row instead of work a chunk).
+  auto with_dres = [&](auto&& f) {
+    if (has_dres) f(std::true_type{});
+    else f(std::false_type{});
+  };
   // Rows 0 .. S-1 of this team, one cp.async group each; row k + S refills stage k % S during
   // row k's pass 2 (each slot right after its last read), so S rows are in flight at once.
   for (int s = 0; s < S; ++s) {
     const int64_t r = my_team + s * nteams;
     const RowPtrs rp = row_ptrs(r, r < p.rows);
+    with_dres([&](auto hd_t) {
 #pragma unroll
-    for (int i = 0; i < NV; ++i) issue_chunk(s, i, rp, r < p.rows && okc[i]);
+      for (int i = 0; i < NV; ++i) issue_chunk(s, i, rp, r < p.rows && okc[i], hd_t);
+    });
     issue_stats(s, r);
     kp::cp_async_commit();
   }
@@ -289,25 +302,27 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
       for (int j = 0; j < NV * WPP; ++j) kp::opaque(wreg[j]);  // decode again: no w kept from pass 1
       X* dxr = row_ptr<X>(p.dx, row, p.dx_stride);
       const RowPtrs np = row_ptrs(nrow, nact);
+      with_dres([&](auto hd_t) {
 #pragma unroll
-      for (int i = 0; i < NV; ++i) {
-        if (!okc[i]) continue;
-        float d[VEC], xh[VEC], w[VEC], r[VEC];
-        kp::unpack<T>(rdy[(st * NV + i) * bd], d);
-        read_x(st, i, xh);
+        for (int i = 0; i < NV; ++i) {
+          if (!okc[i]) continue;
+          float d[VEC], xh[VEC], w[VEC], r[VEC];
+          kp::unpack<T>(rdy[(st * NV + i) * bd], d);
+          read_x(st, i, xh);
 #pragma unroll
-        for (int j = 0; j < WPP; ++j) kp::unpack<W>(wreg[i * WPP + j], w + j * kp::Packet<W>::N);
-        read_dres(st, i, r);
+          for (int j = 0; j < WPP; ++j) kp::unpack<W>(wreg[i * WPP + j], w + j * kp::Packet<W>::N);
+          read_dres(st, i, r, hd_t);
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) {
-          w[q] += w_add;
-          d[q] = fmaf(rs, fmaf(-fmaf(xh[q], rs, nmr), a, fmaf(d[q], w[q], -c)), r[q]);
+          for (int q = 0; q < VEC; ++q) {
+            w[q] += w_add;
+            d[q] = fmaf(rs, fmaf(-fmaf(xh[q], rs, nmr), a, fmaf(d[q], w[q], -c)), r[q]);
+          }
+#pragma unroll
+          for (int j = 0; j < XPP; ++j)
+            kp::st16(dxr + cols_[i] + j * kp::Packet<X>::N, kp::pack<X>(d + j * kp::Packet<X>::N));
+          issue_chunk(st, i, np, nact, hd_t);
         }
-#pragma unroll
-        for (int j = 0; j < XPP; ++j)
-          kp::st16(dxr + cols_[i] + j * kp::Packet<X>::N, kp::pack<X>(d + j * kp::Packet<X>::N));
-        issue_chunk(st, i, np, nact);
-      }
+      });
       kp::cp_async_commit();
       rs = rs1, nmr = nmr1, s2[0] = t[0], s2[1] = t[1];
     }
@@ -357,23 +372,25 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
       // Then the chunk's slots take row k + S (zeros for an idle team: its pass 1 must read dy = 0).
       X* dxr = row_ptr<X>(p.dx, active ? row : 0, p.dx_stride);
       const RowPtrs np = row_ptrs(nrow, nact);
+      with_dres([&](auto hd_t) {
 #pragma unroll
-      for (int i = 0; i < NV; ++i) {
-        if (!okc[i]) continue;
-        if (active) {
-          float d[VEC], xh[VEC], w[VEC], r[VEC];
-          kp::unpack<T>(rdy[(st * NV + i) * bd], d);
-          read_x(st, i, xh);
-          read_w(i, w);
-          read_dres(st, i, r);
+        for (int i = 0; i < NV; ++i) {
+          if (!okc[i]) continue;
+          if (active) {
+            float d[VEC], xh[VEC], w[VEC], r[VEC];
+            kp::unpack<T>(rdy[(st * NV + i) * bd], d);
+            read_x(st, i, xh);
+            read_w(i, w);
+            read_dres(st, i, r, hd_t);
 #pragma unroll
-          for (int q = 0; q < VEC; ++q) d[q] = fmaf(rs, fmaf(-fmaf(xh[q], rs, nmr), a, fmaf(d[q], w[q], -c)), r[q]);
+            for (int q = 0; q < VEC; ++q) d[q] = fmaf(rs, fmaf(-fmaf(xh[q], rs, nmr), a, fmaf(d[q], w[q], -c)), r[q]);
 #pragma unroll
-          for (int j = 0; j < XPP; ++j)
-            kp::st16(dxr + cols_[i] + j * kp::Packet<X>::N, kp::pack<X>(d + j * kp::Packet<X>::N));
+            for (int j = 0; j < XPP; ++j)
+              kp::st16(dxr + cols_[i] + j * kp::Packet<X>::N, kp::pack<X>(d + j * kp::Packet<X>::N));
+          }
+          issue_chunk(st, i, np, nact, hd_t);
         }
-        issue_chunk(st, i, np, nact);
-      }
+      });
       kp::cp_async_commit();
     }
   }
@@ -578,6 +595,18 @@ BwdKernel ring_for(int e, bool wt, bool w_f32, bool db, bool wrp = false) {
   else return w_f32 ? ring_for_w<T, X, float>(e, wt, db, wrp) : ring_for_w<T, X, T>(e, wt, db, wrp);
 }
 
+// FT twins of the E = 32 CTA/cluster kernels, for X and W as wide as T (the common case: one
+// dtype for activations and weights); launch_bwd picks them when the row fills the geometry.
+template <typename T, int FT>
+BwdKernel ring_ft_t(bool db, bool wrp) {
+  return wrp ? bwd_ring_kernel<T, T, T, 32, false, false, true, FT>
+             : db ? bwd_ring_kernel<T, T, T, 32, false, true, false, FT> : bwd_ring_kernel<T, T, T, 32, false, false, false, FT>;
+}
+template <typename T>
+BwdKernel ring_ft(int threads, bool db, bool wrp) {
+  return threads == 512 ? ring_ft_t<T, 512>(db, wrp) : threads == 256 ? ring_ft_t<T, 256>(db, wrp) : ring_ft_t<T, 128>(db, wrp);
+}
+
 // Config table (NOTES.md). The plan (and so the number of partials) depends on the shape, dtypes,
 // whether db is wanted (its accumulators cost registers, so occupancy) and the device; never on
 // dres or the weight dtype.
@@ -630,11 +659,15 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
       const int bps = std::max(1, kp::blocks_per_sm(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0));
       // Ring depth: up to 4 stages within a budget per SM and the per-CTA smem limit. A stage is
       // refilled as soon as pass 2 has read it, so S stages keep S rows in flight. Clusters (rows
-      // past 8192) take a deeper ring at the cost of CTAs an SM (H100, 65536: 81 -> 86% of copy).
+      // past 8192) without db take a deeper ring (their WRP kernel wants 3 stages; H200 16K: 81 ->
+      // 85% of copy). With db it would cost the second CTA an SM, whose passes hide this one's
+      // reductions (H200, 16K/64K: 68/60 at 225 KB, 80/72 at 160 KB).
       const int cap = dev.smem_optin - kStaticSmemSlack - static_cast<int>(pl.fixed);
-      const int budget = tune("KP_NORM_BWD_RING", t.csize > 1 ? 225 << 10 : 160 << 10);
-      t.stages = std::max(1, std::min({tune("KP_NORM_BWD_STAGES", 4), budget / (bps * pl.per_stage),
-                                       cap / pl.per_stage_dres}));
+      const int budget = tune("KP_NORM_BWD_RING", t.csize > 1 && !db ? 225 << 10 : 160 << 10);
+      // With dres, launch_bwd refits the stages into this smem (one dres stage must fit, below);
+      // capping the stages here by the dres stage size instead left the 512-thread db plans of
+      // 128K/256K with one stage (H200 LayerNorm 256K: 51 -> 63% of copy with two).
+      t.stages = std::max(1, std::min({tune("KP_NORM_BWD_STAGES", 4), budget / (bps * pl.per_stage), cap / pl.per_stage}));
       pl.smem = std::max(pl.merge, static_cast<size_t>(t.stages) * pl.per_stage + pl.fixed);
       if (pl.per_stage_dres > cap) t.multipass = true;
       // WRP (see bwd_ring_kernel): w in registers, its smem to the ring. Only with 3+ stages: the
@@ -727,6 +760,13 @@ void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
                      (!a.dres || pl.smem >= 2 * static_cast<size_t>(pl.per_stage_dres));
     if (pl.wrp && !wrp) pl.fixed = static_cast<size_t>(pl.t.threads) * pl.t.e * sizeof(float);  // w_eff
     pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, w_f32, db, wrp);
+    // The compile-time-geometry twin: same launch shape, no more registers (it drops the
+    // bounds checks and the run-time offsets), so the plan's grid and smem stand.
+    const int thr = pl.t.threads;
+    if constexpr (std::is_same_v<T, X>)
+      if (pl.merge == 0 && pl.t.e == 32 && (thr == 128 || thr == 256 || thr == 512) && (sizeof(T) == 4 || !w_f32) &&
+          int64_t{pl.t.csize} * thr * 32 == a.cols && tune("KP_NORM_BWD_FT", 1))
+        pl.kernel = ring_ft<T>(thr, db, wrp);
     if (pl.wrp && !wrp && !a.dres) {
       pl.t.stages = std::max(1, static_cast<int>((pl.smem - pl.fixed) / pl.per_stage));
       pl.smem = static_cast<size_t>(pl.t.stages) * pl.per_stage + pl.fixed;

@@ -65,9 +65,12 @@ __device__ __forceinline__ void with_affine_variant(const FwdParams& p, Loop&& l
 }
 
 // One output element: (h - mean) * rstd * (w + offset) + b, with the absent terms compiled out.
+// LayerNorm normalizes as fma(h, rstd, nmr), nmr = -mean * rstd: one instruction an element less
+// than (h - mean) * rstd. Rounding mean * rstd costs 2^-24 |mean| rstd, the size of the error the
+// fp32 mean already carries into h - mean, so the error at most doubles where it is not negligible.
 template <bool RMS, bool HW, bool HB, bool HO>
-__device__ __forceinline__ float affine_out(float h, float mean, float rstd, float w, float b, float w_off) {
-  float n = RMS ? h * rstd : (h - mean) * rstd;
+__device__ __forceinline__ float affine_out(float h, float nmr, float rstd, float w, float b, float w_off) {
+  float n = RMS ? h * rstd : fmaf(h, rstd, nmr);
   if constexpr (HW) n *= HO ? w + w_off : w;
   return HB ? n + b : n;
 }
@@ -93,7 +96,12 @@ constexpr int kRingNV = 8;
 // registers a thread; LayerNorm and residual kernels two (at 40 registers LayerNorm spilled and
 // ran 8 points slower).
 enum WMode { kWL2 = 0, kWSmem = 1, kWReg = 2 };
-template <typename T, typename W, bool RES, bool RMS, int WM>
+// FT > 0 (kWReg only): the row is exactly csize CTAs x FT threads x kRingNV chunks (16-bit hidden
+// 32K, 64K, 128K, 256K with 512 threads; 16K with 256, 8K with 128), so the geometry is compile-time: a chunk's
+// smem and global offsets become immediates and no chunk needs a bounds check. With the run-time
+// geometry, addressing and predication were ~35 of the ~85 SASS instructions per 8-element chunk
+// of the output pass.
+template <typename T, typename W, bool RES, bool RMS, int WM, int FT = 0>
 __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3 : 2) fwd_ring_kernel(const FwdParams p) {
   constexpr bool WS = WM == kWSmem, WR = WM == kWReg, PIPE = WR;
   constexpr int VEC = 16 / sizeof(T), NVM = kRingNV;
@@ -101,7 +109,9 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
   __shared__ float red[2][32];
   __shared__ kp::ClusterExchangeN<PIPE ? 4 : 2> cx;  // one partial per CTA per row, pushed (no cluster barrier)
 
-  const int tid = threadIdx.x, bd = blockDim.x, tpr = p.tpr, nv = p.nv, S = p.stages;
+  const int tid = threadIdx.x, S = p.stages;
+  constexpr bool FULL = FT > 0;
+  const int bd = FULL ? FT : blockDim.x, tpr = FULL ? FT : p.tpr, nv = FULL ? NVM : p.nv;
   const int crank = static_cast<int>(blockIdx.x % p.csize);
   const int64_t my_team = blockIdx.x / p.csize, nteams = gridDim.x / p.csize;
   const int base = crank * tpr * nv * VEC;
@@ -121,7 +131,7 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
   // Recomputed where used: an IMAD is cheaper than the registers that 3 CTAs an SM cannot spare.
   const int c0 = base + tid * VEC, cstep = tpr * VEC;
   auto col = [&](int i) { return c0 + i * cstep; };
-  auto in = [&](int i) { return i < nv && col(i) < p.cols; };
+  auto in = [&](int i) { return FULL ? i < NVM : i < nv && col(i) < p.cols; };
   const int esz = RES && p.res_f32 ? 4 : static_cast<int>(sizeof(T));
   auto res_row = [&](int64_t r) { return static_cast<const char*>(p.res) + r * p.res_stride * esz; };
 
@@ -231,7 +241,7 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
     team_sum(a, tpr, red[nred++ & 1]);
     if constexpr (RMS) return make_float4(a[0], 0.f, 0.f, 0.f);
     const float s_here = a[0];
-    const int n_here = max(0, min(tpr * nv * VEC, p.cols - base));  // valid columns of this CTA's slice
+    const int n_here = FULL ? tpr * nv * VEC : max(0, min(tpr * nv * VEC, p.cols - base));  // valid columns of this CTA's slice
     const float mean = n_here > 0 ? __fdividef(s_here, static_cast<float>(n_here)) : 0.f;
     c4[0] = c4[1] = c4[2] = c4[3] = 0.f;
 #pragma unroll
@@ -296,7 +306,7 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
     float mean, m2;
     row_stats(k, cur, mean, m2);
     if constexpr (PIPE) cur = nxt;
-    const float rstd = rsqrtf(m2 * p.inv_cols + p.eps);
+    const float rstd = rsqrtf(m2 * p.inv_cols + p.eps), nmr = -mean * rstd;
     if (tid == 0 && crank == 0) {
       if (p.rstd) p.rstd[row] = rstd;
       if (!RMS && p.mean) p.mean[row] = mean;
@@ -340,7 +350,7 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
         }
         read_h(st, i, h);
 #pragma unroll
-        for (int q = 0; q < VEC; ++q) o[q] = affine_out<RMS, HW, HB, HO>(h[q], mean, rstd, w[q], b[q], p.w_off);
+        for (int q = 0; q < VEC; ++q) o[q] = affine_out<RMS, HW, HB, HO>(h[q], nmr, rstd, w[q], b[q], p.w_off);
         kp::st_chunk<T, VEC>(yr + col(i), o);
         if (more) issue_chunk(st, i, nx, nr, true);
       }
@@ -406,7 +416,7 @@ struct AffinePrefetch {
 // y = (h - mean) * rstd * (w + offset) + b over a thread's chunks, the vector path.
 template <bool RMS, typename Raw, typename Aff, typename L, typename T>
 __device__ __forceinline__ void write_rows_vec(const Raw& h, Aff& aff, const L& lay, const FwdParams& p, T* yr,
-                                               bool active, float mean, float rstd) {
+                                               bool active, float nmr, float rstd) {
   constexpr int VEC = L::VEC, NV = L::NV;
   with_affine_variant<RMS>(p, [&](auto hw_t, auto hb_t, auto ho_t) {
     constexpr bool HW = decltype(hw_t)::value, HB = decltype(hb_t)::value && !RMS, HO = decltype(ho_t)::value;
@@ -418,7 +428,7 @@ __device__ __forceinline__ void write_rows_vec(const Raw& h, Aff& aff, const L& 
       if constexpr (HB) aff.bias(i, b);
       aff.template fetch<HW, HB>(i + Aff::kAhead, lay, p, active);
 #pragma unroll
-      for (int q = 0; q < VEC; ++q) o[q] = affine_out<RMS, HW, HB, HO>(v[q], mean, rstd, w[q], b[q], p.w_off);
+      for (int q = 0; q < VEC; ++q) o[q] = affine_out<RMS, HW, HB, HO>(v[q], nmr, rstd, w[q], b[q], p.w_off);
       lay.template store<T>(yr, i, o, active);
     }
   });
@@ -523,8 +533,6 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
     }
 #endif
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#endif
   const float rstd = rsqrtf(m2 * p.inv_cols + p.eps);
   if (active && lane == 0 && crank == 0) {
     if (p.rstd) p.rstd[row] = rstd;
@@ -536,7 +544,7 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
   h.opaque();
   T* yr = row_ptr<T>(p.y, row, p.y_stride);
   if constexpr (VECTOR) {
-    write_rows_vec<RMS>(h, aff, lay, p, yr, active, mean, rstd);
+    write_rows_vec<RMS>(h, aff, lay, p, yr, active, -mean * rstd, rstd);
   } else {
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
@@ -549,8 +557,6 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
       lay.template store<T>(yr, i, o, active);
     }
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#endif
 }
 
 // Two 512-thread CTAs an SM need <= 64 registers a thread: the 16-bit kernels without a residual
@@ -692,15 +698,24 @@ FwdKernel ring_for_wm(bool res, bool rms) {
 // kWReg only without a residual (the residual ring kernels spill at 128 registers; not measured)
 // and where weights are as wide as x (fp32 weights of a 16-bit x would take 128 registers).
 template <typename T, typename W>
-FwdKernel ring_for_w(int wm, bool res, bool rms) {
-  if constexpr (sizeof(W) == sizeof(T))
+FwdKernel ring_for_w(int wm, bool res, bool rms, int full) {
+  if constexpr (sizeof(W) == sizeof(T)) {
+    if (wm == kWReg && !res && full == kMaxThreads)
+      return rms ? fwd_ring_kernel<T, W, false, true, kWReg, kMaxThreads> : fwd_ring_kernel<T, W, false, false, kWReg, kMaxThreads>;
+    if (wm == kWReg && !res && full == kMaxThreads / 2)
+      return rms ? fwd_ring_kernel<T, W, false, true, kWReg, kMaxThreads / 2>
+                 : fwd_ring_kernel<T, W, false, false, kWReg, kMaxThreads / 2>;
+    if (wm == kWReg && !res && full == kMaxThreads / 4)
+      return rms ? fwd_ring_kernel<T, W, false, true, kWReg, kMaxThreads / 4>
+                 : fwd_ring_kernel<T, W, false, false, kWReg, kMaxThreads / 4>;
     if (wm == kWReg && !res) return rms ? fwd_ring_kernel<T, W, false, true, kWReg> : fwd_ring_kernel<T, W, false, false, kWReg>;
+  }
   return wm == kWSmem ? ring_for_wm<T, W, kWSmem>(res, rms) : ring_for_wm<T, W, kWL2>(res, rms);
 }
 template <typename T>
-FwdKernel ring_for(bool w_f32, int wm, bool res, bool rms) {
-  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, float>(wm, res, rms);
-  else return w_f32 ? ring_for_w<T, float>(wm, res, rms) : ring_for_w<T, T>(wm, res, rms);
+FwdKernel ring_for(bool w_f32, int wm, bool res, bool rms, int full) {
+  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, float>(wm, res, rms, full);
+  else return w_f32 ? ring_for_w<T, float>(wm, res, rms, full) : ring_for_w<T, T>(wm, res, rms, full);
 }
 template <typename T, typename W, bool RES, bool RMS>
 FwdKernel direct_for_w(int e, bool vector) {
@@ -724,95 +739,121 @@ struct FwdPlan {
   FwdKernel kernel = nullptr;
   size_t smem = 0;
   int64_t grid = 0;
+  bool ft = false;  // a ring kernel with compile-time geometry (FT)
 };
 
-// Config table (NOTES.md). Vector path: up to E=32 values a thread with the fewest threads that
-// cover the row; narrow rows use warp or sub-warp teams (no CTA barrier); wider rows than 512
-// threads x 32 go to a cluster. Scalar path: E=8, one row per team, no ring.
+// Ring kernel plan (vector path): E = nv * VEC values a thread, read from smem: up to 512 threads
+// x kRingNV chunks a CTA, then a cluster of such CTAs. t.multipass when it cannot run here.
 template <typename T>
-FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32, bool w_f32, int n_affine, bool rms,
-                 int device) {
+FwdPlan plan_ring(int64_t rows, int64_t cols, bool res, bool res_f32, bool w_f32, int n_affine, bool rms, int device) {
   FwdPlan pl;
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
   constexpr int VEC = 16 / sizeof(T);
-  // Direct kernel (row in registers) up to 512 threads x 32 values; wider rows take the ring
-  // kernel (row in smem), with larger slices a thread and, on sm90, a cluster (NOTES.md).
-  const int kind = vector && cols > tune("KP_NORM_FWD_DIRECTMAX", 16384) ? 1 : 0;
-  if (kind == 1) {
-    // Ring kernel: E = nv * VEC values a thread, read from smem: up to 512 threads x maxcpt chunks
-    // a CTA, then a cluster of such CTAs.
-    const int64_t chunks = cols / VEC;
-    const int maxcpt = std::min(kRingNV, tune("KP_NORM_FWD_MAXCPT", kRingNV));  // 64 values (bf16) a thread
-    const int maxthr = std::min(kMaxThreads, tune("KP_NORM_FWD_RTHREADS", kMaxThreads));
-    t.csize = static_cast<int>(cdiv(chunks, static_cast<int64_t>(maxthr) * maxcpt));
-    // No clusters (sm80-89): one CTA. Rows it cannot hold (or a 16-CTA cluster on sm90) take the
-    // multi-pass kernel.
-    t.csize = dev.major >= 9 ? std::min(t.csize, kMaxCluster) : 1;
-    t.tpr = std::min(maxthr, round_up(cdiv(chunks, static_cast<int64_t>(t.csize) * maxcpt), 32));
-    t.threads = t.tpr;
-    t.nv = static_cast<int>(cdiv(chunks, static_cast<int64_t>(t.csize) * t.tpr));
-    t.e = t.nv * VEC;
-    t.multipass = t.nv > kRingNV;  // wider than 16 CTAs x 512 threads x kRingNV chunks (or one CTA, pre-sm90)
-    if (!t.multipass) {
-      const int per_stage = t.threads * t.e * (static_cast<int>(sizeof(T)) + (res ? (res_f32 ? 4 : sizeof(T)) : 0));
-      // Where the weights live (WMode). kWReg: in registers, one CTA an SM with the whole smem
-      // for the ring (16-bit or fp32-with-fp32 weights only). kWSmem: staged once in smem next to
-      // a ring of two or more rows, one CTA an SM, when that fits the budget. kWL2: read from L2
-      // each row, one row a CTA and several CTAs an SM overlapping each other.
-      const int wbytes = n_affine * t.threads * t.e * (w_f32 ? 4 : static_cast<int>(sizeof(T)));
-      // kWReg kernels pipeline the statistics of the next row, so they need two stages.
-      const bool wr = wbytes > 0 && !res && (!w_f32 || sizeof(T) == 4) && tune("KP_NORM_FWD_WREG", 1) &&
-                      2 * per_stage <= dev.smem_optin - kStaticSmemSlack;
-      const int budget_ws = tune("KP_NORM_FWD_RINGWS", 200 << 10);
-      const bool ws = !wr && wbytes > 0 && tune("KP_NORM_FWD_WSMEM", 1) && wbytes + 2 * per_stage <= budget_ws;
-      const int wm = wr ? kWReg : ws ? kWSmem : kWL2;
-      const int room = dev.smem_optin - kStaticSmemSlack - (ws ? wbytes : 0);
-      if (per_stage > room) {
-        t.multipass = true;
-      } else {
-        pl.kernel = ring_for<T>(w_f32, wm, res, rms);
-        const void* k = reinterpret_cast<const void*>(pl.kernel);
-        // Ring depth: stages (up to 4) within the budget; each stage is refilled with the row
-        // `stages` ahead as soon as the output pass has read it, so 1 already overlaps the next
-        // row's copy with this row's output.
-        const int budget = wr   ? tune("KP_NORM_FWD_RINGWR", 220 << 10)
-                           : ws ? budget_ws - wbytes
-                                : tune("KP_NORM_FWD_RING", 100 << 10);
-        t.stages = std::max(wr ? 2 : 1, std::min({tune("KP_NORM_FWD_STAGES", 4), budget / per_stage, room / per_stage}));
-        pl.smem = static_cast<size_t>(t.stages) * per_stage + (ws ? wbytes : 0);
-        if (t.csize > 1) {
-          pl.grid = std::min<int64_t>(kp::max_active_clusters(k, device, t.threads, pl.smem, t.csize), rows) * t.csize;
-        } else {
-          pl.grid = std::min<int64_t>(int64_t{dev.sms} * kp::blocks_per_sm(k, device, t.threads, pl.smem), rows);
-        }
-        if (pl.grid > 0 && tune("KP_NORM_FWD_NP", 0)) pl.grid = rows * t.csize;  // one row a team (tuning only)
-      }
-    }
-  } else {
-    // Direct kernel: the row in registers, E values a thread.
-    const int emax = vector ? std::min(32, tune("KP_NORM_FWD_EMAX", 32)) : 8;
-    if (cols <= 32 * emax) {  // warp / sub-warp teams, several rows per CTA
-      t.e = !vector || cols <= 256 ? 8 : cols <= 512 ? std::min(16, emax) : emax;
-      t.tpr = next_pow2(static_cast<int>(cdiv(cols, t.e)));
-      t.threads = kWarpTeamCTA;
-    } else {
-      t.e = emax;
-      t.csize = static_cast<int>(cdiv(cols, std::min<int64_t>(int64_t{kMaxThreads} * t.e, tune("KP_NORM_FWD_DCPC", 1 << 30))));
-      if (t.csize > 1 && (dev.major < 9 || t.csize > kMaxCluster)) t.multipass = true;
-      t.tpr = round_up(cdiv(cols, static_cast<int64_t>(t.csize) * t.e), 32);
-      t.threads = t.tpr;
-    }
-    if (!t.multipass) {
-      pl.kernel = direct_for<T>(t.e, vector, w_f32, res, rms);
-      if (t.csize > 1 && kp::max_active_clusters(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0, t.csize) < 1)
-        pl.grid = 0;
-      else
-        pl.grid = t.tpr <= 32 ? cdiv(rows, t.tpc()) : rows * t.csize;
-    }
+  const int64_t chunks = cols / VEC;
+  const int maxcpt = std::min(kRingNV, tune("KP_NORM_FWD_MAXCPT", kRingNV));  // 64 values (bf16) a thread
+  const int maxthr = std::min(kMaxThreads, tune("KP_NORM_FWD_RTHREADS", kMaxThreads));
+  t.csize = static_cast<int>(cdiv(chunks, static_cast<int64_t>(maxthr) * maxcpt));
+  // No clusters (sm80-89): one CTA. Rows it cannot hold (or a 16-CTA cluster on sm90) take the
+  // multi-pass kernel.
+  t.csize = dev.major >= 9 ? std::min(t.csize, kMaxCluster) : 1;
+  t.tpr = std::min(maxthr, round_up(cdiv(chunks, static_cast<int64_t>(t.csize) * maxcpt), 32));
+  t.threads = t.tpr;
+  t.nv = static_cast<int>(cdiv(chunks, static_cast<int64_t>(t.csize) * t.tpr));
+  t.e = t.nv * VEC;
+  t.multipass = t.nv > kRingNV;  // wider than 16 CTAs x 512 threads x kRingNV chunks (or one CTA, pre-sm90)
+  if (t.multipass) return pl;
+  const int per_stage = t.threads * t.e * (static_cast<int>(sizeof(T)) + (res ? (res_f32 ? 4 : sizeof(T)) : 0));
+  // Where the weights live (WMode). kWReg: in registers, one CTA an SM with the whole smem
+  // for the ring (16-bit or fp32-with-fp32 weights only). kWSmem: staged once in smem next to
+  // a ring of two or more rows, one CTA an SM, when that fits the budget. kWL2: read from L2
+  // each row, one row a CTA and several CTAs an SM overlapping each other.
+  const int wbytes = n_affine * t.threads * t.e * (w_f32 ? 4 : static_cast<int>(sizeof(T)));
+  // kWReg kernels pipeline the statistics of the next row, so they need two stages.
+  const bool wr = wbytes > 0 && !res && (!w_f32 || sizeof(T) == 4) && tune("KP_NORM_FWD_WREG", 1) &&
+                  2 * per_stage <= dev.smem_optin - kStaticSmemSlack;
+  const int budget_ws = tune("KP_NORM_FWD_RINGWS", 200 << 10);
+  const bool ws = !wr && wbytes > 0 && tune("KP_NORM_FWD_WSMEM", 1) && wbytes + 2 * per_stage <= budget_ws;
+  const int wm = wr ? kWReg : ws ? kWSmem : kWL2;
+  const int room = dev.smem_optin - kStaticSmemSlack - (ws ? wbytes : 0);
+  if (per_stage > room) {
+    t.multipass = true;
+    return pl;
   }
-  if (!t.multipass && pl.grid < 1) t.multipass = true;  // e.g. the cluster cannot be resident here
-  if (t.multipass) {
+  // kWReg rows that fill the whole geometry get a compile-time-geometry twin (FT).
+  const bool fills = int64_t{t.csize} * t.tpr * kRingNV * VEC == cols && t.nv == kRingNV &&
+                     (t.tpr == kMaxThreads || t.tpr == kMaxThreads / 2 || t.tpr == kMaxThreads / 4);
+  pl.ft = wm == kWReg && fills && tune("KP_NORM_FWD_FULL", 1);
+  pl.kernel = ring_for<T>(w_f32, wm, res, rms, pl.ft ? t.tpr : 0);
+  const void* k = reinterpret_cast<const void*>(pl.kernel);
+  // Ring depth: stages (up to 4) within the budget; each stage is refilled with the row
+  // `stages` ahead as soon as the output pass has read it, so 1 already overlaps the next
+  // row's copy with this row's output.
+  const int budget = wr   ? tune("KP_NORM_FWD_RINGWR", 220 << 10)
+                     : ws ? budget_ws - wbytes
+                          : tune("KP_NORM_FWD_RING", 100 << 10);
+  t.stages = std::max(wr ? 2 : 1, std::min({tune("KP_NORM_FWD_STAGES", 4), budget / per_stage, room / per_stage}));
+  pl.smem = static_cast<size_t>(t.stages) * per_stage + (ws ? wbytes : 0);
+  if (t.csize > 1) {
+    pl.grid = std::min<int64_t>(kp::max_active_clusters(k, device, t.threads, pl.smem, t.csize), rows) * t.csize;
+  } else {
+    pl.grid = std::min<int64_t>(int64_t{dev.sms} * kp::blocks_per_sm(k, device, t.threads, pl.smem), rows);
+  }
+  if (pl.grid > 0 && tune("KP_NORM_FWD_NP", 0)) pl.grid = rows * t.csize;  // one row a team (tuning only)
+  if (pl.grid < 1) t.multipass = true;  // e.g. the cluster cannot be resident here
+  return pl;
+}
+
+// Direct kernel plan: the row in registers, E values a thread.
+template <typename T>
+FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f32, bool rms, int device) {
+  FwdPlan pl;
+  Team& t = pl.t;
+  const auto& dev = kp::device_info(device);
+  const int emax = vector ? std::min(32, tune("KP_NORM_FWD_EMAX", 32)) : 8;
+  if (cols <= 32 * emax) {  // warp / sub-warp teams, several rows per CTA
+    t.e = !vector || cols <= 256 ? 8 : cols <= 512 ? std::min(16, emax) : emax;
+    t.tpr = next_pow2(static_cast<int>(cdiv(cols, t.e)));
+    t.threads = kWarpTeamCTA;
+  } else {
+    t.e = emax;
+    t.csize = static_cast<int>(cdiv(cols, std::min<int64_t>(int64_t{kMaxThreads} * t.e, tune("KP_NORM_FWD_DCPC", 1 << 30))));
+    if (t.csize > 1 && (dev.major < 9 || t.csize > kMaxCluster)) t.multipass = true;
+    t.tpr = round_up(cdiv(cols, static_cast<int64_t>(t.csize) * t.e), 32);
+    t.threads = t.tpr;
+  }
+  if (!t.multipass) {
+    pl.kernel = direct_for<T>(t.e, vector, w_f32, res, rms);
+    if (t.csize > 1 && kp::max_active_clusters(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0, t.csize) < 1)
+      t.multipass = true;
+    else
+      pl.grid = t.tpr <= 32 ? cdiv(rows, t.tpc()) : rows * t.csize;
+  }
+  return pl;
+}
+
+// Config table (NOTES.md). Vector path: rows up to 16384 take the direct kernel (the row in
+// registers, up to E=32 values a thread with the fewest threads that cover the row; narrow rows
+// use warp or sub-warp teams, no CTA barrier); wider rows the ring kernel (the row in smem, larger
+// slices a thread and, on sm90, a cluster). LayerNorm without a residual takes the ring from 8K
+// up when its FT twin serves: its two reductions a row cost the direct kernel's 2 CTAs an SM more
+// than the ring's persistent copies do (H200, 16384: 77 -> 90% of copy; RMSNorm 90 vs 88, so it
+// stays direct). Scalar path: E=8, one row per team, no ring. Anything else: multi-pass.
+template <typename T>
+FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32, bool w_f32, int n_affine, bool rms,
+                 int device) {
+  FwdPlan pl;
+  const int directmax = tune("KP_NORM_FWD_DIRECTMAX", 16384);
+  const int ln_directmax = tune("KP_NORM_FWD_LNDIRECTMAX", 8192);
+  if (vector && cols > directmax) {
+    pl = plan_ring<T>(rows, cols, res, res_f32, w_f32, n_affine, rms, device);
+  } else if (vector && !rms && !res && cols > ln_directmax) {
+    pl = plan_ring<T>(rows, cols, res, res_f32, w_f32, n_affine, rms, device);
+    if (pl.t.multipass || !pl.ft) pl = plan_direct<T>(rows, cols, vector, res, w_f32, rms, device);
+  } else {
+    pl = plan_direct<T>(rows, cols, vector, res, w_f32, rms, device);
+  }
+  if (pl.t.multipass) {
     pl = FwdPlan{};
     pl.t.multipass = true;
     pl.t.threads = pl.t.tpr = kMultiThreads;
