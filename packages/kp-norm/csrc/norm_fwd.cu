@@ -97,10 +97,10 @@ constexpr int kRingNV = 8;
 // ran 8 points slower).
 enum WMode { kWL2 = 0, kWSmem = 1, kWReg = 2 };
 // FT > 0 (kWReg only): the row is exactly csize CTAs x FT threads x kRingNV chunks (16-bit hidden
-// 32K, 64K, 128K, 256K with 512 threads; 16K with 256, 8K with 128), so the geometry is compile-time: a chunk's
-// smem and global offsets become immediates and no chunk needs a bounds check. With the run-time
-// geometry, addressing and predication were ~35 of the ~85 SASS instructions per 8-element chunk
-// of the output pass.
+// 32K-256K with 512 threads, 16K with 256, 8K with 128), so the geometry is compile-time: a
+// chunk's smem and global offsets become immediates and no chunk needs a bounds check. With the
+// run-time geometry, addressing and predication were ~35 of the ~85 SASS instructions per
+// 8-element chunk of the output pass.
 template <typename T, typename W, bool RES, bool RMS, int WM, int FT = 0>
 __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3 : 2) fwd_ring_kernel(const FwdParams p) {
   constexpr bool WS = WM == kWSmem, WR = WM == kWReg, PIPE = WR;
@@ -697,25 +697,29 @@ FwdKernel ring_for_wm(bool res, bool rms) {
 }
 // kWReg only without a residual (the residual ring kernels spill at 128 registers; not measured)
 // and where weights are as wide as x (fp32 weights of a 16-bit x would take 128 registers).
+// `ft`: the compile-time-geometry twin's thread count (0: run-time geometry).
+template <typename T, typename W, int FT>
+FwdKernel ring_wreg(bool rms) {
+  return rms ? fwd_ring_kernel<T, W, false, true, kWReg, FT> : fwd_ring_kernel<T, W, false, false, kWReg, FT>;
+}
 template <typename T, typename W>
-FwdKernel ring_for_w(int wm, bool res, bool rms, int full) {
+FwdKernel ring_for_w(int wm, bool res, bool rms, int ft) {
   if constexpr (sizeof(W) == sizeof(T)) {
-    if (wm == kWReg && !res && full == kMaxThreads)
-      return rms ? fwd_ring_kernel<T, W, false, true, kWReg, kMaxThreads> : fwd_ring_kernel<T, W, false, false, kWReg, kMaxThreads>;
-    if (wm == kWReg && !res && full == kMaxThreads / 2)
-      return rms ? fwd_ring_kernel<T, W, false, true, kWReg, kMaxThreads / 2>
-                 : fwd_ring_kernel<T, W, false, false, kWReg, kMaxThreads / 2>;
-    if (wm == kWReg && !res && full == kMaxThreads / 4)
-      return rms ? fwd_ring_kernel<T, W, false, true, kWReg, kMaxThreads / 4>
-                 : fwd_ring_kernel<T, W, false, false, kWReg, kMaxThreads / 4>;
-    if (wm == kWReg && !res) return rms ? fwd_ring_kernel<T, W, false, true, kWReg> : fwd_ring_kernel<T, W, false, false, kWReg>;
+    if (wm == kWReg && !res) {
+      switch (ft) {
+        case kMaxThreads: return ring_wreg<T, W, kMaxThreads>(rms);
+        case kMaxThreads / 2: return ring_wreg<T, W, kMaxThreads / 2>(rms);
+        case kMaxThreads / 4: return ring_wreg<T, W, kMaxThreads / 4>(rms);
+        default: return ring_wreg<T, W, 0>(rms);
+      }
+    }
   }
   return wm == kWSmem ? ring_for_wm<T, W, kWSmem>(res, rms) : ring_for_wm<T, W, kWL2>(res, rms);
 }
 template <typename T>
-FwdKernel ring_for(bool w_f32, int wm, bool res, bool rms, int full) {
-  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, float>(wm, res, rms, full);
-  else return w_f32 ? ring_for_w<T, float>(wm, res, rms, full) : ring_for_w<T, T>(wm, res, rms, full);
+FwdKernel ring_for(bool w_f32, int wm, bool res, bool rms, int ft) {
+  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, float>(wm, res, rms, ft);
+  else return w_f32 ? ring_for_w<T, float>(wm, res, rms, ft) : ring_for_w<T, T>(wm, res, rms, ft);
 }
 template <typename T, typename W, bool RES, bool RMS>
 FwdKernel direct_for_w(int e, bool vector) {
@@ -739,13 +743,15 @@ struct FwdPlan {
   FwdKernel kernel = nullptr;
   size_t smem = 0;
   int64_t grid = 0;
-  bool ft = false;  // a ring kernel with compile-time geometry (FT)
 };
 
 // Ring kernel plan (vector path): E = nv * VEC values a thread, read from smem: up to 512 threads
 // x kRingNV chunks a CTA, then a cluster of such CTAs. t.multipass when it cannot run here.
+// ft_only: only an FT plan is wanted (the caller falls back to the direct kernel otherwise), so
+// stop before the occupancy queries when there is none.
 template <typename T>
-FwdPlan plan_ring(int64_t rows, int64_t cols, bool res, bool res_f32, bool w_f32, int n_affine, bool rms, int device) {
+FwdPlan plan_ring(int64_t rows, int64_t cols, bool res, bool res_f32, bool w_f32, int n_affine, bool rms, int device,
+                  bool ft_only = false) {
   FwdPlan pl;
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
@@ -783,8 +789,12 @@ FwdPlan plan_ring(int64_t rows, int64_t cols, bool res, bool res_f32, bool w_f32
   // kWReg rows that fill the whole geometry get a compile-time-geometry twin (FT).
   const bool fills = int64_t{t.csize} * t.tpr * kRingNV * VEC == cols && t.nv == kRingNV &&
                      (t.tpr == kMaxThreads || t.tpr == kMaxThreads / 2 || t.tpr == kMaxThreads / 4);
-  pl.ft = wm == kWReg && fills && tune("KP_NORM_FWD_FULL", 1);
-  pl.kernel = ring_for<T>(w_f32, wm, res, rms, pl.ft ? t.tpr : 0);
+  const bool ft = wm == kWReg && fills && tune("KP_NORM_FWD_FULL", 1);
+  if (ft_only && !ft) {
+    t.multipass = true;
+    return pl;
+  }
+  pl.kernel = ring_for<T>(w_f32, wm, res, rms, ft ? t.tpr : 0);
   const void* k = reinterpret_cast<const void*>(pl.kernel);
   // Ring depth: stages (up to 4) within the budget; each stage is refilled with the row
   // `stages` ahead as soon as the output pass has read it, so 1 already overlaps the next
@@ -848,8 +858,8 @@ FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32
   if (vector && cols > directmax) {
     pl = plan_ring<T>(rows, cols, res, res_f32, w_f32, n_affine, rms, device);
   } else if (vector && !rms && !res && cols > ln_directmax) {
-    pl = plan_ring<T>(rows, cols, res, res_f32, w_f32, n_affine, rms, device);
-    if (pl.t.multipass || !pl.ft) pl = plan_direct<T>(rows, cols, vector, res, w_f32, rms, device);
+    pl = plan_ring<T>(rows, cols, res, res_f32, w_f32, n_affine, rms, device, /*ft_only=*/true);
+    if (pl.t.multipass) pl = plan_direct<T>(rows, cols, vector, res, w_f32, rms, device);
   } else {
     pl = plan_direct<T>(rows, cols, vector, res, w_f32, rms, device);
   }
