@@ -15,6 +15,7 @@ in the same run. A development tool: the committed numbers come from the benchma
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -30,7 +31,7 @@ def _args(argv):
     p.add_argument("--ops", default="rms,layer")
     p.add_argument("--dirs", default="fwd,bwd")
     p.add_argument("--hidden", default=",".join(map(str, HIDDEN)))
-    p.add_argument("--levels", default="cuda")
+    p.add_argument("--levels", default="cuda", help="cuda, triton, reference, compile (torch.compile, fwd only)")
     p.add_argument("--config", action="append", default=[], help="NAME:KEY=VAL,KEY=VAL")
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
@@ -44,6 +45,21 @@ def _configs(specs):
     return out
 
 
+@functools.cache
+def _compiled(op):
+    def rms(x, w):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
+
+    def layer(x, w, b):
+        xf = x.float()
+        mean = xf.mean(-1, keepdim=True)
+        var = (xf - mean).square().mean(-1, keepdim=True)
+        return ((xf - mean) * torch.rsqrt(var + 1e-5) * w.float() + b.float()).to(x.dtype)
+
+    return torch.compile(rms if op == "rms" else layer, fullgraph=True, dynamic=False)
+
+
 def _case(op, direction, hidden, level):
     import kp_norm
     from kp_norm import _cuda
@@ -55,7 +71,10 @@ def _case(op, direction, hidden, level):
     x = torch.randn(rows, hidden, device="cuda", dtype=bf16, requires_grad=grad)
     params = [torch.randn(hidden, device="cuda", dtype=bf16, requires_grad=grad) for _ in range(1 if op == "rms" else 2)]
     n = rows * hidden
-    if op == "rms":
+    if level == "compile":  # the baseline to beat: torch.compile of the plain fp32 formula
+        torch._dynamo.reset()  # a static-shape compile for each size, as the benchmark does
+        fn = functools.partial(_compiled(op), x, *params)
+    elif op == "rms":
         fn = lambda: kp_norm.rms_norm(x, params[0], 1e-6, backend=level)  # noqa: E731
     else:
         fn = lambda: kp_norm.layer_norm(x, params[0], params[1], 1e-5, backend=level)  # noqa: E731
@@ -106,7 +125,7 @@ def main(argv=None) -> int:
             for op in a.ops.split(","):
                 for direction in a.dirs.split(","):
                     for level in a.levels.split(","):
-                        if direction == "bwdk" and level != "cuda":
+                        if (direction == "bwdk" and level != "cuda") or (direction != "fwd" and level == "compile"):
                             continue
                         line = []
                         for h in hiddens:

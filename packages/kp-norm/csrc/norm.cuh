@@ -119,24 +119,28 @@ namespace kp_norm {
 // The same mapping serves every tensor of a row (x, res, y, w, b, dy, dx ...), so a thread only
 // ever touches its own columns. Vector path precondition (host): cols % VEC == 0 and every pointer
 // and row stride 16-byte aligned, so a chunk is either wholly in the row or wholly out.
-template <typename T, int E, bool VECTOR>
+// FT > 0 (vector path): the row is exactly FT threads x E columns (no cluster), so tpr is a
+// compile-time value (chunk offsets become immediates) and no chunk needs a bounds check.
+template <typename T, int E, bool VECTOR, int FT = 0>
 struct Lay {
   static constexpr int VEC = 16 / sizeof(T);
   static constexpr int NV = E / VEC;
   static_assert(E % VEC == 0, "E must be whole 16-byte chunks of T");
+  static_assert(FT == 0 || VECTOR, "compile-time geometry: vector path only");
   int base, lane, tpr, cols;
 
   __device__ __forceinline__ int col(int i, int k) const {
-    return VECTOR ? base + (i * tpr + lane) * VEC + k : base + (i * VEC + k) * tpr + lane;
+    const int t = FT ? FT : tpr;
+    return VECTOR ? base + (i * t + lane) * VEC + k : base + (i * VEC + k) * t + lane;
   }
-  __device__ __forceinline__ bool ok(int i, int k) const { return col(i, VECTOR ? 0 : k) < cols; }
+  __device__ __forceinline__ bool ok(int i, int k) const { return FT || col(i, VECTOR ? 0 : k) < cols; }
 
   // Chunk i of a row of S (S is T or float) -> VEC floats; 0 outside the row or when !active.
   template <typename S, kp::Ld H>
   __device__ __forceinline__ void load(const S* row, int i, float* v, bool active) const {
     if constexpr (VECTOR) {
       const int c = col(i, 0);
-      if (active && c < cols) {
+      if (active && ok(i, 0)) {
         kp::ld_chunk<S, VEC, H>(row + c, v);
       } else {
 #pragma unroll
@@ -154,7 +158,7 @@ struct Lay {
   __device__ __forceinline__ void store(S* row, int i, const float* v, bool active) const {
     if constexpr (VECTOR) {
       const int c = col(i, 0);
-      if (active && c < cols) kp::st_chunk<S, VEC>(row + c, v);
+      if (active && ok(i, 0)) kp::st_chunk<S, VEC>(row + c, v);
     } else {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
@@ -220,13 +224,13 @@ struct Raw {
   uint4 pk[VECTOR ? NV * PPC : 1];
   float sc[VECTOR ? 1 : E];  // the scalar path keeps decoded values
 
-  template <kp::Ld HINT = kp::Ld::Stream>
-  __device__ __forceinline__ void load(const L& lay, const S* row, bool active) {
+  template <kp::Ld HINT = kp::Ld::Stream, typename LL = L>  // LL: L or its compile-time-geometry twin
+  __device__ __forceinline__ void load(const LL& lay, const S* row, bool active) {
     if constexpr (VECTOR) {
 #pragma unroll
       for (int i = 0; i < NV; ++i) {
         const int c = lay.col(i, 0);
-        const bool ok = active && c < lay.cols;
+        const bool ok = active && lay.ok(i, 0);
 #pragma unroll
         for (int j = 0; j < PPC; ++j) pk[i * PPC + j] = ok ? kp::ld16<HINT>(row + c + j * PN) : make_uint4(0, 0, 0, 0);
       }
@@ -328,11 +332,12 @@ struct Geo {
   }
 };
 
-// Sum over the team: shuffles for warp/sub-warp teams, one smem round for a CTA team.
-template <int N>
+// Sum over the team: shuffles for warp/sub-warp teams, one smem round for a CTA team. FT > 0:
+// tpr = FT threads is compile-time (a CTA team of FT threads is the whole CTA).
+template <int FT = 0, int N>
 __device__ __forceinline__ void team_sum(float (&v)[N], int tpr, float* buf) {
-  if (tpr <= 32) kp::warp_sum(v, tpr);
-  else kp::block_sum(v, buf);
+  if (FT ? FT <= 32 : tpr <= 32) kp::warp_sum(v, FT ? FT : tpr);
+  else kp::block_sum<N, FT / 32>(v, buf);
 }
 
 // Row pointer arithmetic in 64 bits (tensors exceed 2^31 elements).

@@ -80,7 +80,8 @@ __device__ __forceinline__ void write_partials(const float (&aw)[E], const float
 // Grid: (number of partials) * csize CTAs. Registers hold the dw/db accumulators of the thread's E
 // columns (E a template value so they can be registers); pass 1 (row sums + accumulators) and
 // pass 2 (dx) both read the row from the ring, and w_eff = w + offset from a per-thread fp32 copy
-// in smem made once. Per-row address math is hoisted: a thread's columns are the same every row.
+// in smem made once (FT twins: the accumulators take the row in pass 2 instead, see ACC2). Per-row
+// address math is hoisted: a thread's columns are the same every row.
 // A thread reads only smem it wrote or copied itself (no barrier besides the reductions).
 // Dynamic smem: rings for dy, x, dres (when given) [stages][chunk][packet][blockDim], the
 // per-thread (mean, rstd) ring [stages][2][blockDim], then w_eff [E/4][blockDim] float4 (not
@@ -265,7 +266,7 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
           s2[1] += g;
         }
       }
-      team_sum(s2, tpr, red[k1 & 1]);
+      team_sum<FT>(s2, tpr, red[k1 & 1]);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       if (p.csize > 1) cx.send(k1, make_float4(s2[0], s2[1], 0.f, 0.f), p.csize);
 #endif
@@ -327,6 +328,16 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
       rs = rs1, nmr = nmr1, s2[0] = t[0], s2[1] = t[1];
     }
   } else {
+    // ACC2 (FT twins): the dw/db accumulators take each row in pass 2, from the same dy and xhat
+    // (same fmaf, same row order: bit-identical; FT rows are always active, no chunk skipped). In
+    // pass 1 ptxas sank those updates past the unrolled block_sum, kept dy and xhat live across its
+    // loads and spilled 8-32 B of accumulators at 128 registers, reloaded every row (ncu, H100,
+    // LayerNorm 64K with db: the largest stall). Without the spills the db twins went from slower
+    // than the run-time geometry to faster (H100 kernel alone, 16K/256K: 86.0/76.1 spilling,
+    // 88.1/76.8 run-time, 89.5/80.1 ACC2). FT = 0 (rolled block_sum, no sinking) keeps them in
+    // pass 1: there the move cost registers (bf16 db: 16 B of spills); so does FT = 128 without
+    // db, which did not spill (ACC2 there: +12 instructions a row).
+    constexpr bool ACC2 = FT > 128 || (FT > 0 && DB);
     int k = 0;
     for (int64_t lead = lead0; lead < p.rows; lead += nteams, ++k) {
       const int64_t row = my_team + (lead - lead0);
@@ -351,15 +362,17 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
 #pragma unroll
           for (int q = 0; q < VEC; ++q) {
             xh[q] = fmaf(xh[q], rs, nmr);
-            aw[i * VEC + q] = fmaf(d[q], xh[q], aw[i * VEC + q]);
-            if constexpr (DB) ab[i * VEC + q] += d[q];
+            if constexpr (!ACC2) {
+              aw[i * VEC + q] = fmaf(d[q], xh[q], aw[i * VEC + q]);
+              if constexpr (DB) ab[i * VEC + q] += d[q];
+            }
             const float g = d[q] * w[q];
             s2[0] = fmaf(g, xh[q], s2[0]);
             s2[1] += g;
           }
         }
       }
-      team_sum(s2, tpr, red[k & 1]);
+      team_sum<FT>(s2, tpr, red[k & 1]);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       if (!WT && p.csize > 1) {
         const float4 t = cx.sum(k, make_float4(s2[0], s2[1], 0.f, 0.f), p.csize);
@@ -370,7 +383,14 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
 
       // Pass 2: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) [+ dres], rounded once to x_dtype.
       // Then the chunk's slots take row k + S (zeros for an idle team: its pass 1 must read dy = 0).
-      X* dxr = row_ptr<X>(p.dx, active ? row : 0, p.dx_stride);
+      int64_t dxo = active ? row : 0;
+      // ACC2: the row offset made once and hidden from ptxas; else each chunk rebuilt dx's row pointer
+      // (~12 instructions a chunk, rematerialized inside its `if (active)`).
+      if constexpr (ACC2) {
+        dxo *= p.dx_stride;
+        asm volatile("" : "+l"(dxo));
+      }
+      X* dxr = ACC2 ? static_cast<X*>(p.dx) + dxo : row_ptr<X>(p.dx, dxo, p.dx_stride);
       const RowPtrs np = row_ptrs(nrow, nact);
       with_dres([&](auto hd_t) {
 #pragma unroll
@@ -383,7 +403,14 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
             read_w(i, w);
             read_dres(st, i, r, hd_t);
 #pragma unroll
-            for (int q = 0; q < VEC; ++q) d[q] = fmaf(rs, fmaf(-fmaf(xh[q], rs, nmr), a, fmaf(d[q], w[q], -c)), r[q]);
+            for (int q = 0; q < VEC; ++q) {
+              const float xq = fmaf(xh[q], rs, nmr);
+              if constexpr (ACC2) {  // the same values as pass 1's (see ACC2)
+                aw[i * VEC + q] = fmaf(d[q], xq, aw[i * VEC + q]);
+                if constexpr (DB) ab[i * VEC + q] += d[q];
+              }
+              d[q] = fmaf(rs, fmaf(-xq, a, fmaf(d[q], w[q], -c)), r[q]);
+            }
 #pragma unroll
             for (int j = 0; j < XPP; ++j)
               kp::st16(dxr + cols_[i] + j * kp::Packet<X>::N, kp::pack<X>(d + j * kp::Packet<X>::N));
@@ -761,7 +788,8 @@ void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
     if (pl.wrp && !wrp) pl.fixed = static_cast<size_t>(pl.t.threads) * pl.t.e * sizeof(float);  // w_eff
     pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, w_f32, db, wrp);
     // The compile-time-geometry twin: same launch shape, no more registers (it drops the
-    // bounds checks and the run-time offsets), so the plan's grid and smem stand.
+    // bounds checks and the run-time offsets; ACC2 keeps its accumulators from spilling), so
+    // the plan's grid and smem stand.
     const int thr = pl.t.threads;
     if constexpr (std::is_same_v<T, X>)
       if (pl.merge == 0 && pl.t.e == 32 && (thr == 128 || thr == 256 || thr == 512) && (sizeof(T) == 4 || !w_f32) &&

@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
       for (int q = 0; q < VEC; ++q) c4[q % NA] = RMS ? fmaf(h[q], h[q], c4[q % NA]) : c4[q % NA] + h[q];
     }
     a[0] = NA == 1 ? c4[0] : (c4[0] + c4[1]) + (c4[2] + c4[3]);
-    team_sum(a, tpr, red[nred++ & 1]);
+    team_sum<FT>(a, tpr, red[nred++ & 1]);
     if constexpr (RMS) return make_float4(a[0], 0.f, 0.f, 0.f);
     const float s_here = a[0];
     const int n_here = FULL ? tpr * nv * VEC : max(0, min(tpr * nv * VEC, p.cols - base));  // valid columns of this CTA's slice
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
       for (int q = 0; q < VEC; ++q) c4[q % NA] = fmaf(h[q] - mean, h[q] - mean, c4[q % NA]);
     }
     a[0] = NA == 1 ? c4[0] : (c4[0] + c4[1]) + (c4[2] + c4[3]);
-    team_sum(a, tpr, red[nred++ & 1]);
+    team_sum<FT>(a, tpr, red[nred++ & 1]);
     return make_float4(s_here, a[0], static_cast<float>(n_here), mean);
   };
   // Push row k's partial to every CTA of the cluster (the sum and the merge wait for the others').
@@ -388,7 +388,7 @@ struct AffinePrefetch {
   __device__ __forceinline__ void fetch(int i, const L& lay, const FwdParams& p, bool active) {
     if (i >= NV) return;
     const int c = lay.col(i, 0);
-    const bool ok = active && c < lay.cols;
+    const bool ok = active && lay.ok(i, 0);
 #pragma unroll
     for (int j = 0; j < WPP; ++j) {
       if constexpr (HW) w[i * WPP + j] = ok ? kp::ld16<kp::Ld::RO>(static_cast<const W*>(p.w) + c + j * PN) : make_uint4(0, 0, 0, 0);
@@ -434,23 +434,29 @@ __device__ __forceinline__ void write_rows_vec(const Raw& h, Aff& aff, const L& 
   });
 }
 
-template <typename T, typename W, typename H, int E, bool VECTOR, bool RES, bool RMS>
+// FT > 0: the compile-time-geometry twin for rows of exactly FT threads x E columns, one CTA (no
+// cluster): FT <= 32 is a warp team of a kWarpTeamCTA-thread CTA, else the CTA. Row and lane come
+// from shifts instead of run-time divisions (which each CTA, living for one row, paid before
+// its first load), chunk offsets are immediates, no chunk has a bounds check, and the block
+// reduction's loop over warps unrolls.
+template <typename T, typename W, typename H, int E, bool VECTOR, bool RES, bool RMS, int FT>
 __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32], kp::ClusterExchange& cx) {
-  using L = Lay<T, E, VECTOR>;
+  using L = Lay<T, E, VECTOR, FT>;
   constexpr int VEC = L::VEC, NV = L::NV;
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, tpr = FT ? FT : p.tpr, csize = FT ? 1 : p.csize;
   int lane, crank = 0;
   int64_t row;
-  if (p.tpr <= 32) {
-    lane = tid & (p.tpr - 1);
-    row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / p.tpr) + tid / p.tpr;
+  if (tpr <= 32) {
+    lane = tid & (tpr - 1);
+    row = static_cast<int64_t>(blockIdx.x) * (FT ? kWarpTeamCTA / FT : blockDim.x / tpr) + tid / tpr;
   } else {
     lane = tid;
-    crank = static_cast<int>(blockIdx.x % p.csize);
-    row = blockIdx.x / p.csize;
+    crank = static_cast<int>(blockIdx.x % csize);
+    row = blockIdx.x / csize;
   }
-  const bool active = row < p.rows;  // idle teams stay: their warp's shuffles need all lanes
-  const L lay{crank * p.tpr * E, lane, p.tpr, p.cols};
+  // Idle teams stay: their warp's shuffles need all lanes. A CTA team's grid is one CTA a row.
+  const bool active = FT > 32 || row < p.rows;
+  const L lay{crank * tpr * E, lane, tpr, p.cols};
 
   Raw<T, H, E, VECTOR> h;
   if constexpr (RES) {
@@ -501,14 +507,14 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
     for (int q = 0; q < VEC; ++q) a[0] = RMS ? fmaf(v[q], v[q], a[0]) : a[0] + v[q];
   }
   if constexpr (RMS) fetch_first();
-  team_sum(a, p.tpr, red[nred++ & 1]);
+  team_sum<FT>(a, tpr, red[nred++ & 1]);
   if constexpr (RMS) {
     m2 = a[0];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (p.csize > 1) m2 = cx.sum(0, make_float4(a[0], 0.f, 0.f, 0.f), p.csize).x;
+    if (csize > 1) m2 = cx.sum(0, make_float4(a[0], 0.f, 0.f, 0.f), csize).x;
 #endif
   } else {
-    const int n_here = max(0, min(p.tpr * E, p.cols - lay.base));
+    const int n_here = FT ? FT * E : max(0, min(tpr * E, p.cols - lay.base));
     const float s_here = a[0];
     mean = n_here > 0 ? __fdividef(s_here, static_cast<float>(n_here)) : 0.f;  // n_here <= 2^30
     h.opaque();
@@ -524,12 +530,12 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
       }
     }
     fetch_first();
-    team_sum(a, p.tpr, red[nred++ & 1]);
+    team_sum<FT>(a, tpr, red[nred++ & 1]);
     m2 = a[0];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (p.csize > 1) {
-      cx.send(0, make_float4(s_here, m2, static_cast<float>(n_here), 0.f), p.csize);
-      chan_merge<false>(cx.wait(0, p.csize), p.csize, p.inv_cols, mean, m2);
+    if (csize > 1) {
+      cx.send(0, make_float4(s_here, m2, static_cast<float>(n_here), 0.f), csize);
+      chan_merge<false>(cx.wait(0, csize), csize, p.inv_cols, mean, m2);
     }
 #endif
   }
@@ -564,19 +570,19 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
 template <typename T, typename W, bool RES>
 constexpr int kDirectMinBlocks = sizeof(T) == 2 && sizeof(W) == 2 && !RES ? 2 : 1;
 
-template <typename T, typename W, int E, bool VECTOR, bool RES, bool RMS>
+template <typename T, typename W, int E, bool VECTOR, bool RES, bool RMS, int FT = 0>
 __global__ void __launch_bounds__(kMaxThreads, (kDirectMinBlocks<T, W, RES>)) fwd_direct_kernel(const FwdParams p) {
   __shared__ float red[2][32];
   __shared__ kp::ClusterExchange cx;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Before any load: the barrier in init() then has no stores to wait for (see ClusterExchange).
-  if (p.csize > 1) cx.init(p.csize);
+  if (!FT && p.csize > 1) cx.init(p.csize);
 #endif
   if constexpr (RES) {
-    if (p.res_f32) direct_body<T, W, float, E, VECTOR, true, RMS>(p, red, cx);
-    else direct_body<T, W, T, E, VECTOR, true, RMS>(p, red, cx);
+    if (p.res_f32) direct_body<T, W, float, E, VECTOR, true, RMS, FT>(p, red, cx);
+    else direct_body<T, W, T, E, VECTOR, true, RMS, FT>(p, red, cx);
   } else {
-    direct_body<T, W, T, E, VECTOR, false, RMS>(p, red, cx);
+    direct_body<T, W, T, E, VECTOR, false, RMS, FT>(p, red, cx);
   }
 }
 
@@ -737,6 +743,22 @@ FwdKernel direct_for(int e, bool vector, bool w_f32, bool res, bool rms) {
   if (res) return rms ? direct_for_r<T, true, true>(e, vector, w_f32) : direct_for_r<T, true, false>(e, vector, w_f32);
   return rms ? direct_for_r<T, false, true>(e, vector, w_f32) : direct_for_r<T, false, false>(e, vector, w_f32);
 }
+// The direct kernel's compile-time-geometry twins (E = 32, no residual, 16-bit x and weights):
+// hidden 1K (a warp a row), 2K, 4K, 8K and 16K (a CTA of hidden / 32 threads).
+template <typename T, int FT>
+FwdKernel direct_ft_t(bool rms) {
+  return rms ? fwd_direct_kernel<T, T, 32, true, false, true, FT> : fwd_direct_kernel<T, T, 32, true, false, false, FT>;
+}
+template <typename T>
+FwdKernel direct_ft(int tpr, bool rms) {
+  switch (tpr) {
+    case 32: return direct_ft_t<T, 32>(rms);
+    case 64: return direct_ft_t<T, 64>(rms);
+    case 128: return direct_ft_t<T, 128>(rms);
+    case 256: return direct_ft_t<T, 256>(rms);
+    default: return direct_ft_t<T, 512>(rms);
+  }
+}
 
 struct FwdPlan {
   Team t;
@@ -834,6 +856,12 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
   }
   if (!t.multipass) {
     pl.kernel = direct_for<T>(t.e, vector, w_f32, res, rms);
+    // Rows that fill the geometry exactly take the compile-time twin (same launch shape; it
+    // drops the divisions, offsets and bounds checks, so it needs no more registers).
+    if constexpr (sizeof(T) == 2)
+      if (vector && !res && !w_f32 && t.e == 32 && t.csize == 1 && int64_t{t.tpr} * t.e == cols &&
+          (t.tpr & (t.tpr - 1)) == 0 && t.tpr >= 32 && t.tpr <= kMaxThreads && tune("KP_NORM_FWD_DFT", 1))
+        pl.kernel = direct_ft<T>(t.tpr, rms);
     if (t.csize > 1 && kp::max_active_clusters(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0, t.csize) < 1)
       t.multipass = true;
     else
@@ -846,15 +874,19 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
 // registers, up to E=32 values a thread with the fewest threads that cover the row; narrow rows
 // use warp or sub-warp teams, no CTA barrier); wider rows the ring kernel (the row in smem, larger
 // slices a thread and, on sm90, a cluster). LayerNorm without a residual takes the ring from 8K
-// up when its FT twin serves: its two reductions a row cost the direct kernel's 2 CTAs an SM more
-// than the ring's persistent copies do (H200, 16384: 77 -> 90% of copy; RMSNorm 90 vs 88, so it
-// stays direct). Scalar path: E=8, one row per team, no ring. Anything else: multi-pass.
+// up when its FT twin serves and the GPU's DRAM is fast for its SM count: there the direct
+// kernel's two rows an SM, each stalled on two reductions, keep too few bytes in flight, and the
+// ring's persistent copies keep more (H200, 37 GB/s an SM, 16384: 77 -> 90% of copy); at H100's
+// 25 GB/s an SM the direct kernel keeps up and spends fewer instructions (96.6 vs 93.8). RMSNorm
+// stays direct (H200 90 vs 88). Scalar path: E=8, one row per team, no ring. Else: multi-pass.
 template <typename T>
 FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32, bool w_f32, int n_affine, bool rms,
                  int device) {
   FwdPlan pl;
   const int directmax = tune("KP_NORM_FWD_DIRECTMAX", 16384);
-  const int ln_directmax = tune("KP_NORM_FWD_LNDIRECTMAX", 8192);
+  const auto& dev = kp::device_info(device);
+  const bool fast_dram = dev.mem_gbps >= tune("KP_NORM_FWD_RINGGBPSM", 30) * dev.sms;  // GB/s an SM
+  const int ln_directmax = tune("KP_NORM_FWD_LNDIRECTMAX", fast_dram ? 8192 : 16384);
   if (vector && cols > directmax) {
     pl = plan_ring<T>(rows, cols, res, res_f32, w_f32, n_affine, rms, device);
   } else if (vector && !rms && !res && cols > ln_directmax) {

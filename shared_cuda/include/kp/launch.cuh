@@ -35,6 +35,7 @@ class DeviceGuard {
 struct DeviceInfo {
   int sms = 0, major = 0, minor = 0;
   int smem_optin = 0;  // max dynamic smem per block after opting in (227 KiB on sm90)
+  int mem_gbps = 0;    // peak DRAM bandwidth, GB/s (memory clock x bus width x 2); 0 if not reported
 };
 
 // Properties of `device`, read once per process.
@@ -52,6 +53,12 @@ inline const DeviceInfo& device_info(int device) {
       KP_CHECK_CUDA(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, device));
       KP_CHECK_CUDA(cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, device));
       KP_CHECK_CUDA(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+      int mem_khz = 0, bus_bits = 0;
+      if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, device) == cudaSuccess &&
+          cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device) == cudaSuccess)
+        d.mem_gbps = static_cast<int>(2.0 * mem_khz * 1e3 * bus_bits / 8 / 1e9);
+      else
+        (void)cudaGetLastError();  // not reported by this driver: not an error, the plans fall back
       info[device] = d;
       ready[device].store(true, std::memory_order_release);
     }

@@ -28,8 +28,9 @@ __device__ __forceinline__ float warp_sum(float v, int width = 32) {
 // Sum of N floats over the whole block (blockDim.x a multiple of 32). `buf` is __shared__
 // float[32 * N]. One __syncthreads: callers alternate two buffers between consecutive reductions,
 // since a thread reaching reduction k+2 implies every thread has finished reading reduction k.
-template <int N> __device__ __forceinline__ void block_sum(float (&v)[N], float* buf) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+// NW > 0: the block has NW warps (compile-time: the final loop unrolls into vector smem reads).
+template <int N, int NW = 0> __device__ __forceinline__ void block_sum(float (&v)[N], float* buf) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = NW ? NW : blockDim.x >> 5;
   warp_sum(v);
   if (lane == 0) {
 #pragma unroll
@@ -38,9 +39,17 @@ template <int N> __device__ __forceinline__ void block_sum(float (&v)[N], float*
   __syncthreads();
 #pragma unroll
   for (int k = 0; k < N; ++k) v[k] = 0.f;
-  for (int w = 0; w < nw; ++w) {  // smem broadcast reads, fixed order
+  if constexpr (NW > 0) {
 #pragma unroll
-    for (int k = 0; k < N; ++k) v[k] += buf[w * N + k];
+    for (int w = 0; w < NW; ++w) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) v[k] += buf[w * N + k];
+    }
+  } else {
+    for (int w = 0; w < nw; ++w) {  // smem broadcast reads, fixed order
+#pragma unroll
+      for (int k = 0; k < N; ++k) v[k] += buf[w * N + k];
+    }
   }
 }
 
