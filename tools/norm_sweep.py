@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import os
 import sys
@@ -47,17 +48,12 @@ def _configs(specs):
 
 @functools.cache
 def _compiled(op):
-    def rms(x, w):
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + 1e-6) * w.float()).to(x.dtype)
-
-    def layer(x, w, b):
-        xf = x.float()
-        mean = xf.mean(-1, keepdim=True)
-        var = (xf - mean).square().mean(-1, keepdim=True)
-        return ((xf - mean) * torch.rsqrt(var + 1e-5) * w.float() + b.float()).to(x.dtype)
-
-    return torch.compile(rms if op == "rms" else layer, fullgraph=True, dynamic=False)
+    """torch.compile of the benchmark's own fp32 reference formula (bench_norm.ref_*), static shapes."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "packages", "kp-norm", "bench", "bench_norm.py")
+    spec = importlib.util.spec_from_file_location("kp_bench_norm", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return torch.compile(mod.ref_rms_norm if op == "rms" else mod.ref_layer_norm, fullgraph=True, dynamic=False)
 
 
 def _case(op, direction, hidden, level):
