@@ -88,19 +88,23 @@ __device__ __forceinline__ void write_partials(const float (&aw)[E], const float
 // WRP). After the loop the front is reused for the warp-team merge.
 // DB: db is wanted (LayerNorm with a bias), so a second set of E accumulators lives in registers;
 // without it those registers go to occupancy (and the partial count follows, see plan_bwd).
-// WRP (CTA/cluster teams without db, W as wide as T; plan_bwd says when): w is held in registers
-// as raw packets, w_eff made at use, and its smem goes to a deeper ring. The row loop is
+// WRP > 0 (CTA/cluster teams, W as wide as T; with db only E = 32; plan_bwd says when): w is kept
+// as raw packets and w_eff made at use, so its fp32 smem goes to a deeper ring. The row loop is
 // pipelined: pass 1 of row k + 1 and the push of its sums come before the wait for row k's
 // cluster sums and row k's pass 2, so the exchange latency overlaps a pass of work.
+// WRP = 1 holds the packets in registers. WRP = 2 keeps them in smem ([NV * WPP][bd] uint4, half
+// the fp32 copy) and stages (mean, rstd) once a warp instead of once a thread (lane 0 copies, a
+// shuffle hands them out): with db the 16 registers of w pushed 12 accumulators to local memory,
+// reloaded every row; and 3 stages + w still fit a 512-thread CTA (256K: 224.4 of 227 KB).
 // FT > 0 (CTA/cluster teams, E = 32): the CTA has FT threads and the row is exactly csize x FT x E
 // columns (16-bit hidden 4K-256K), so the geometry is compile-time: chunk offsets become
 // immediates and no chunk needs a bounds check (as the forward ring's FT).
-template <typename T, typename X, typename W, int E, bool WT, bool DB, bool WRP, int FT = 0>
+template <typename T, typename X, typename W, int E, bool WT, bool DB, int WRP, int FT = 0>
 __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(const BwdParams p) {
   constexpr int VEC = 16 / sizeof(T), NV = E / VEC;
   constexpr int XPP = VEC * sizeof(X) / 16, WPP = VEC * sizeof(W) / 16;  // packets a chunk
   static_assert(E % VEC == 0 && VEC % 4 == 0, "E must be whole chunks");
-  static_assert(!WRP || (!WT && !DB && sizeof(W) == sizeof(T)), "WRP: CTA/cluster teams, no db, W as wide as T");
+  static_assert(!WRP || (!WT && sizeof(W) == sizeof(T)), "WRP: CTA/cluster teams, W as wide as T");
   extern __shared__ uint4 ring_smem[];
   __shared__ float red[2][64];
   // The row sums of each CTA, pushed (no cluster barrier). WRP pushes row k + 1 before it waits
@@ -108,6 +112,7 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
   __shared__ kp::ClusterExchangeN<WRP ? 4 : 2> cx;
 
   static_assert(FT == 0 || !WT, "FT: CTA/cluster teams");
+  kp::allow_dependents();  // col_sum may be scheduled once every CTA of this one-wave grid runs
   const int tid = threadIdx.x, bd = FT ? FT : blockDim.x, tpr = FT ? FT : p.tpr, S = p.stages;
   int lane, team = 0, tpc = 1, crank = 0;
   int64_t my_team, nteams, lead0;
@@ -133,22 +138,31 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
   uint4* const rdy = ring_smem + tid;         // [S][NV][bd]
   uint4* const rx = rdy + S * NV * bd;        // [S][NV][XPP][bd]
   uint4* const rdr = rx + S * NV * XPP * bd;  // [S][NV][XPP][bd] when has_dres
-  float* const rst = reinterpret_cast<float*>(ring_smem + S * NV * (1 + (has_dres ? 2 : 1) * XPP) * bd) + tid;
-  float4* const wsm = reinterpret_cast<float4*>(rst - tid + 2 * S * bd) + tid;  // [NV * VEC/4][bd] (not WRP)
+  uint4* const ring_end = ring_smem + S * NV * (1 + (has_dres ? 2 : 1) * XPP) * bd;
+  // WRP < 2: (mean, rstd) [S][2][bd] a thread, then w_eff [NV * VEC/4][bd] float4 (WRP = 0).
+  // WRP = 2: raw w [NV * WPP][bd] uint4, then (mean, rstd) [S][2][bd / 32] a warp.
+  constexpr bool CST = WRP == 2;
+  const int stat_stride = CST ? bd >> 5 : bd;
+  float* const rst = CST ? reinterpret_cast<float*>(ring_end + NV * WPP * bd) + (tid >> 5) : reinterpret_cast<float*>(ring_end) + tid;
+  float4* const wsm = reinterpret_cast<float4*>(reinterpret_cast<float*>(ring_end) + 2 * S * bd) + tid;
+  uint4* const wraw = ring_end + tid;
 
   // This thread's columns: chunk i starts at col[i] (the same every row); ok[i]: inside the row.
   int cols_[NV];
   bool okc[NV];
 #pragma unroll
   for (int i = 0; i < NV; ++i) cols_[i] = base + (i * tpr + lane) * VEC, okc[i] = FT || cols_[i] < p.cols;
-  uint4 wreg[WRP ? NV * WPP : 1];  // WRP: raw w, zeros past the row or without a weight
+  uint4 wreg[WRP == 1 ? NV * WPP : 1];  // WRP: raw w, zeros past the row or without a weight
   if constexpr (WRP) {
     const W* wp = static_cast<const W*>(p.w);
 #pragma unroll
     for (int i = 0; i < NV; ++i)
 #pragma unroll
-      for (int j = 0; j < WPP; ++j)
-        wreg[i * WPP + j] = p.has_w && okc[i] ? kp::ld16<Ld::RO>(wp + cols_[i] + j * kp::Packet<W>::N) : make_uint4(0, 0, 0, 0);
+      for (int j = 0; j < WPP; ++j) {
+        const uint4 v = p.has_w && okc[i] ? kp::ld16<Ld::RO>(wp + cols_[i] + j * kp::Packet<W>::N) : make_uint4(0, 0, 0, 0);
+        if constexpr (WRP == 1) wreg[i * WPP + j] = v;
+        else wraw[(i * WPP + j) * bd] = v;  // thread-private slots: no barrier
+      }
   } else {  // w_eff once: fp32, thread-private slots (no barrier needed)
     const W* wp = static_cast<const W*>(p.w);
 #pragma unroll
@@ -189,8 +203,21 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
   };
   auto issue_stats = [&](int s, int64_t r) {
     const bool act = r < p.rows;
-    kp::cp_async4(rst + (2 * s) * bd, p.is_rms ? p.rstd : p.mean + (act ? r : 0), act && !p.is_rms);
-    kp::cp_async4(rst + (2 * s + 1) * bd, p.rstd + (act ? r : 0), act);
+    if (!CST || (tid & 31) == 0) {
+      kp::cp_async4(rst + (2 * s) * stat_stride, p.is_rms ? p.rstd : p.mean + (act ? r : 0), act && !p.is_rms);
+      kp::cp_async4(rst + (2 * s + 1) * stat_stride, p.rstd + (act ? r : 0), act);
+    }
+  };
+  // (rstd, -mean * rstd) of the row in stage s (CST: lane 0's copy; call with the warp converged).
+  auto read_stats = [&](int s, float& rs, float& nmr) {
+    float m = 0.f, r = 0.f;
+    if (!CST || (tid & 31) == 0) m = rst[(2 * s) * stat_stride], r = rst[(2 * s + 1) * stat_stride];
+    if constexpr (CST) m = __shfl_sync(0xffffffffu, m, 0), r = __shfl_sync(0xffffffffu, r, 0);
+    rs = r, nmr = -m * r;
+  };
+  auto w_packet = [&](int i, int j) -> uint4 {
+    if constexpr (WRP == 1) return wreg[i * WPP + j];
+    else return wraw[(i * WPP + j) * bd];
   };
   auto read_x = [&](int s, int i, float* v) {
 #pragma unroll
@@ -246,7 +273,7 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
     const float w_add = p.has_w ? p.w_off : 1.f, w_add0 = p.has_w ? 0.f : 1.f;
     auto pass1_send = [&](int k1, float& rs, float& nmr, float (&s2)[2]) {  // row k1 (landed)
       const int st = k1 % S;
-      rs = rst[(2 * st + 1) * bd], nmr = -rst[(2 * st) * bd] * rs;
+      read_stats(st, rs, nmr);
 #pragma unroll
       for (int i = 0; i < NV; ++i) {
         float d[VEC], xh[VEC], w[VEC];
@@ -255,12 +282,12 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
         // w_eff: the fp32 add of the smem copy; past the row 0, without a weight 1 (wreg is 0 there).
         const float add = okc[i] ? w_add : w_add0;
 #pragma unroll
-        for (int j = 0; j < WPP; ++j) kp::unpack<W>(wreg[i * WPP + j], w + j * kp::Packet<W>::N);
+        for (int j = 0; j < WPP; ++j) kp::unpack<W>(w_packet(i, j), w + j * kp::Packet<W>::N);
 #pragma unroll
         for (int q = 0; q < VEC; ++q) {
           w[q] += add;
           xh[q] = fmaf(xh[q], rs, nmr);
-          aw[i * VEC + q] = fmaf(d[q], xh[q], aw[i * VEC + q]);
+          if constexpr (!DB) aw[i * VEC + q] = fmaf(d[q], xh[q], aw[i * VEC + q]);
           const float g = d[q] * w[q];
           s2[0] = fmaf(g, xh[q], s2[0]);
           s2[1] += g;
@@ -286,7 +313,7 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
       if (row + nteams < p.rows) {
         kp::cp_async_wait(S - 2);  // row k + 1
 #pragma unroll
-        for (int j = 0; j < NV * WPP; ++j) kp::opaque(wreg[j]);  // else the decoded w is hoisted (2x the registers)
+        for (int j = 0; j < (WRP == 1 ? NV * WPP : 0); ++j) kp::opaque(wreg[j]);  // else the decoded w is hoisted (2x the registers)
         pass1_send(k + 1, rs1, nmr1, t);
       }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -300,7 +327,7 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
 
       // Pass 2 of row k, as below; its slots take row k + S.
 #pragma unroll
-      for (int j = 0; j < NV * WPP; ++j) kp::opaque(wreg[j]);  // decode again: no w kept from pass 1
+      for (int j = 0; j < (WRP == 1 ? NV * WPP : 0); ++j) kp::opaque(wreg[j]);  // decode again: no w kept from pass 1
       X* dxr = row_ptr<X>(p.dx, row, p.dx_stride);
       const RowPtrs np = row_ptrs(nrow, nact);
       with_dres([&](auto hd_t) {
@@ -311,12 +338,17 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
           kp::unpack<T>(rdy[(st * NV + i) * bd], d);
           read_x(st, i, xh);
 #pragma unroll
-          for (int j = 0; j < WPP; ++j) kp::unpack<W>(wreg[i * WPP + j], w + j * kp::Packet<W>::N);
+          for (int j = 0; j < WPP; ++j) kp::unpack<W>(w_packet(i, j), w + j * kp::Packet<W>::N);
           read_dres(st, i, r, hd_t);
 #pragma unroll
           for (int q = 0; q < VEC; ++q) {
             w[q] += w_add;
-            d[q] = fmaf(rs, fmaf(-fmaf(xh[q], rs, nmr), a, fmaf(d[q], w[q], -c)), r[q]);
+            const float xq = fmaf(xh[q], rs, nmr);
+            if constexpr (DB) {  // with db the accumulators take the row here, as ACC2 below
+              aw[i * VEC + q] = fmaf(d[q], xq, aw[i * VEC + q]);
+              ab[i * VEC + q] += d[q];
+            }
+            d[q] = fmaf(rs, fmaf(-xq, a, fmaf(d[q], w[q], -c)), r[q]);
           }
 #pragma unroll
           for (int j = 0; j < XPP; ++j)
@@ -344,7 +376,8 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
       const bool active = row < p.rows;
       const int st = k % S;
       kp::cp_async_wait(S - 1);  // this row's group has landed
-      const float rs = rst[(2 * st + 1) * bd], nmr = -rst[(2 * st) * bd] * rs;  // xhat = x * rs + nmr
+      float rs, nmr;  // xhat = x * rs + nmr
+      read_stats(st, rs, nmr);
       const int64_t nrow = row + S * nteams;
       const bool nact = nrow < p.rows;
       issue_stats(st, nrow);  // after the reads above (their values are in registers)
@@ -439,6 +472,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_direct_kernel(const BwdParams
   extern __shared__ float merge_smem[];
   __shared__ float red[2][64];
   __shared__ float slot[2][2];
+  kp::allow_dependents();  // as bwd_ring_kernel
   const Geo g(p.tpr, p.csize);
   const L lay{g.crank * p.tpr * E, g.lane, p.tpr, p.cols};
   float aw[E], ab[E];
@@ -510,6 +544,7 @@ __global__ void __launch_bounds__(kMultiThreads) bwd_multipass_kernel(const BwdP
   using L = Lay<T, E, VECTOR>;
   constexpr int VEC = L::VEC, NV = L::NV;
   __shared__ float red[2][64];
+  kp::allow_dependents();  // as bwd_ring_kernel
   const int tid = threadIdx.x, tpr = blockDim.x, tile = tpr * E;
   const int64_t part = blockIdx.x, nparts = gridDim.x;
   float* dwr = p.dw ? p.dw + part * p.cols : nullptr;
@@ -594,9 +629,23 @@ struct Plan {
   size_t merge = 0;       // warp teams: the end-of-kernel merge buffer (part of smem)
   int per_stage = 0;      // ring bytes per stage without dres, and with dres
   int per_stage_dres = 0;
-  size_t fixed = 0;       // smem besides the ring (w_eff)
-  bool wrp = false;       // the plan's kernel is a WRP one (launch_bwd may fall back, see plan_bwd)
+  size_t fixed = 0;       // smem besides the ring (w_eff / raw w)
+  int wrp = 0;            // the plan's kernel is a WRP one, of this kind (launch_bwd may fall back, see plan_bwd)
 };
+
+// Ring kernel smem: bytes a stage (without / with dres) and besides the ring, by WRP kind (see
+// bwd_ring_kernel's layout).
+struct RingSmem {
+  int stage, stage_dres;
+  size_t fixed;
+};
+RingSmem ring_smem_for(int threads, int e, int ts, int xs, int ws, int wrp) {
+  RingSmem r;
+  r.stage = threads * e * (ts + xs) + 8 * (wrp == 2 ? threads / 32 : threads);  // + (mean, rstd)
+  r.stage_dres = r.stage + threads * e * xs;
+  r.fixed = static_cast<size_t>(threads) * e * (wrp == 0 ? sizeof(float) : wrp == 1 ? 0 : ws);
+  return r;
+}
 
 // Warp teams and CTA/cluster teams, E = 8, 16 or 32 (plan_bwd).
 template <typename T, typename X, typename W, bool DB>
@@ -606,18 +655,20 @@ BwdKernel ring_for_wd(int e, bool wt) {
   return e == 8 ? bwd_ring_kernel<T, X, W, 8, false, DB, false> : e == 16 ? bwd_ring_kernel<T, X, W, 16, false, DB, false>
                                                                         : bwd_ring_kernel<T, X, W, 32, false, DB, false>;
 }
-// WRP twins: CTA/cluster teams without db (whose accumulators leave no registers for w), W as wide
-// as T (w takes E / 2 registers for 16-bit T; fp32 w of a 16-bit T would take E).
+// WRP twins: CTA/cluster teams, W as wide as T (w takes E / 2 registers for 16-bit T; fp32 w of a
+// 16-bit T would take E). With db only E = 32, and WRP = 2 only with db (plan_bwd picks no other).
 template <typename T, typename X, typename W>
-BwdKernel ring_for_w(int e, bool wt, bool db, bool wrp) {
+BwdKernel ring_for_w(int e, bool wt, bool db, int wrp) {
   if constexpr (sizeof(W) == sizeof(T))
-    if (wrp && !wt && !db)
+    if (wrp && !wt) {
+      if (db) return wrp == 2 ? bwd_ring_kernel<T, X, W, 32, false, true, 2> : bwd_ring_kernel<T, X, W, 32, false, true, 1>;
       return e == 8 ? bwd_ring_kernel<T, X, W, 8, false, false, true> : e == 16 ? bwd_ring_kernel<T, X, W, 16, false, false, true>
                                                                           : bwd_ring_kernel<T, X, W, 32, false, false, true>;
+    }
   return db ? ring_for_wd<T, X, W, true>(e, wt) : ring_for_wd<T, X, W, false>(e, wt);
 }
 template <typename T, typename X>
-BwdKernel ring_for(int e, bool wt, bool w_f32, bool db, bool wrp = false) {
+BwdKernel ring_for(int e, bool wt, bool w_f32, bool db, int wrp = 0) {
   if constexpr (std::is_same_v<T, float>) return ring_for_w<T, X, float>(e, wt, db, wrp);
   else return w_f32 ? ring_for_w<T, X, float>(e, wt, db, wrp) : ring_for_w<T, X, T>(e, wt, db, wrp);
 }
@@ -625,12 +676,14 @@ BwdKernel ring_for(int e, bool wt, bool w_f32, bool db, bool wrp = false) {
 // FT twins of the E = 32 CTA/cluster kernels, for X and W as wide as T (the common case: one
 // dtype for activations and weights); launch_bwd picks them when the row fills the geometry.
 template <typename T, int FT>
-BwdKernel ring_ft_t(bool db, bool wrp) {
-  return wrp ? bwd_ring_kernel<T, T, T, 32, false, false, true, FT>
-             : db ? bwd_ring_kernel<T, T, T, 32, false, true, false, FT> : bwd_ring_kernel<T, T, T, 32, false, false, false, FT>;
+BwdKernel ring_ft_t(bool db, int wrp) {
+  if (wrp)
+    return !db ? bwd_ring_kernel<T, T, T, 32, false, false, 1, FT>
+               : wrp == 2 ? bwd_ring_kernel<T, T, T, 32, false, true, 2, FT> : bwd_ring_kernel<T, T, T, 32, false, true, 1, FT>;
+  return db ? bwd_ring_kernel<T, T, T, 32, false, true, false, FT> : bwd_ring_kernel<T, T, T, 32, false, false, false, FT>;
 }
 template <typename T>
-BwdKernel ring_ft(int threads, bool db, bool wrp) {
+BwdKernel ring_ft(int threads, bool db, int wrp) {
   return threads == 512 ? ring_ft_t<T, 512>(db, wrp) : threads == 256 ? ring_ft_t<T, 256>(db, wrp) : ring_ft_t<T, 128>(db, wrp);
 }
 
@@ -680,9 +733,11 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
       // The partial count must not depend on the weight dtype: size the plan on the act-dtype
       // weight kernel; launch_bwd swaps in the fp32-weight twin (same shape, near-identical registers).
       pl.kernel = ring_for<T, X>(t.e, wt, false, db);  // (S = 1 works too: copy, then wait)
-      pl.per_stage = t.threads * (t.e * static_cast<int>(sizeof(T) + sizeof(X)) + 8);
-      pl.per_stage_dres = pl.per_stage + t.threads * t.e * static_cast<int>(sizeof(X));
-      pl.fixed = static_cast<size_t>(t.threads) * t.e * sizeof(float);  // w_eff
+      auto sizes = [&](int wrp) { return ring_smem_for(t.threads, t.e, sizeof(T), sizeof(X), sizeof(T), wrp); };
+      const RingSmem r0 = sizes(0);
+      pl.per_stage = r0.stage;
+      pl.per_stage_dres = r0.stage_dres;
+      pl.fixed = r0.fixed;  // w_eff
       const int bps = std::max(1, kp::blocks_per_sm(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0));
       // Ring depth: up to 4 stages within a budget per SM and the per-CTA smem limit. A stage is
       // refilled as soon as pass 2 has read it, so S stages keep S rows in flight. Clusters (rows
@@ -704,25 +759,58 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
       // fewer than 2 stages. The grid is this plan's, so WRP is taken only where both fallbacks,
       // at this smem, are as resident as the WRP kernel (they take no more smem, and residency
       // only grows as smem shrinks): the grid is one resident wave whichever kernel runs.
-      if (!t.multipass && !wt && !db && tune("KP_NORM_BWD_WRP", 1)) {
-        const BwdKernel kw = ring_for<T, X>(t.e, false, false, false, true);
-        const int bpw = std::max(1, kp::blocks_per_sm(reinterpret_cast<const void*>(kw), device, t.threads, 0));
-        const int sw = std::min({tune("KP_NORM_BWD_STAGES", 4), budget / (bpw * pl.per_stage),
-                                 (dev.smem_optin - kStaticSmemSlack) / pl.per_stage});
-        const size_t smem_w = static_cast<size_t>(std::max(0, sw)) * pl.per_stage;
-        auto resident = [&](BwdKernel k) {
-          const void* f = reinterpret_cast<const void*>(k);
-          return t.csize > 1 ? kp::max_active_clusters(f, device, t.threads, smem_w, t.csize)
-                             : kp::blocks_per_sm(f, device, t.threads, smem_w);
+      // With db (E = 32 only) w's registers come on top of both accumulator sets: no w_eff smem
+      // means the ring gets the no-db budget, and the pipelined loop hides the cluster exchange
+      // that the non-WRP loop waits on (ncu, H100 LayerNorm 64K: 12-26% of stall samples).
+      // Clusters of 4+ only: at 16K (2 CTAs) the exchange is short and the plain loop, w_eff
+      // made once, won in 2 of 3 H100 runs (kernel alone 89.3-89.6 vs 87.0).
+      const bool wrp_db = db && t.e == 32 && t.csize >= tune("KP_NORM_BWD_WRPDBCS", 4) && tune("KP_NORM_BWD_WRPDB", 1);
+      // WRP = 2 (db only): w in smem at half the bytes of w_eff, so the registers that spilled in
+      // WRP = 1 stay free. Taken where it keeps as many teams resident as WRP = 1 (256K: both one
+      // 512-thread CTA an SM; at 16K-64K its extra 16 KB would cost the second CTA).
+      if (!t.multipass && !wt && (!db || wrp_db) && tune("KP_NORM_BWD_WRP", 1)) {
+        const int budget_w = db ? tune("KP_NORM_BWD_RING", t.csize > 1 ? 225 << 10 : 160 << 10) : budget;
+        struct Cand {
+          int wrp = 0, stages = 0, resident = 0;
+          size_t smem = 0;
+          RingSmem rs{};
+          BwdKernel k = nullptr;
         };
-        const int rw = sw >= 3 ? resident(kw) : 0;
-        if (rw >= 1 && resident(pl.kernel) >= rw &&
-            (sizeof(T) == sizeof(float) || resident(ring_for<T, X>(t.e, false, true, false)) >= rw)) {
-          pl.kernel = kw;
-          pl.wrp = true;
-          pl.fixed = 0;
-          t.stages = sw;
-          pl.smem = smem_w;
+        auto candidate = [&](int wrp) {
+          Cand c;
+          c.wrp = wrp;
+          c.rs = sizes(wrp);
+          c.k = ring_for<T, X>(t.e, false, false, db, wrp);
+          const int bpw = std::max(1, kp::blocks_per_sm(reinterpret_cast<const void*>(c.k), device, t.threads, 0));
+          c.stages = std::min({tune("KP_NORM_BWD_STAGES", 4), budget_w / (bpw * c.rs.stage),
+                               (dev.smem_optin - kStaticSmemSlack - static_cast<int>(c.rs.fixed)) / c.rs.stage});
+          c.smem = static_cast<size_t>(std::max(0, c.stages)) * c.rs.stage + c.rs.fixed;
+          if (c.stages < 3 || c.smem < r0.fixed + r0.stage) return c;  // the fallback needs one stage
+          auto resident = [&](BwdKernel k) {
+            const void* f = reinterpret_cast<const void*>(k);
+            return t.csize > 1 ? kp::max_active_clusters(f, device, t.threads, c.smem, t.csize)
+                               : kp::blocks_per_sm(f, device, t.threads, c.smem);
+          };
+          const int rw = resident(c.k);
+          if (resident(pl.kernel) >= rw &&
+              (sizeof(T) == sizeof(float) || resident(ring_for<T, X>(t.e, false, true, db)) >= rw))
+            c.resident = rw;
+          return c;
+        };
+        Cand best = candidate(1);
+        const int wsm = db ? tune("KP_NORM_BWD_WSM", 1) : 0;  // 2: whenever it fits (sweeps)
+        if (wsm) {
+          const Cand c2 = candidate(2);
+          if (c2.resident >= 1 && (wsm == 2 || c2.resident >= best.resident)) best = c2;
+        }
+        if (best.resident >= 1) {
+          pl.kernel = best.k;
+          pl.wrp = best.wrp;
+          pl.per_stage = best.rs.stage;
+          pl.per_stage_dres = best.rs.stage_dres;
+          pl.fixed = best.rs.fixed;
+          t.stages = best.stages;
+          pl.smem = best.smem;
         }
       }
     } else {
@@ -784,9 +872,15 @@ void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
     // A WRP plan falls back to the non-WRP kernel (same grid and smem, see plan_bwd) for fp32
     // weights of a 16-bit T, and when dres leaves fewer than the 2 stages its pipelined loop needs.
     const bool wrp = pl.wrp && (sizeof(T) == sizeof(float) || !w_f32) &&
-                     (!a.dres || pl.smem >= 2 * static_cast<size_t>(pl.per_stage_dres));
-    if (pl.wrp && !wrp) pl.fixed = static_cast<size_t>(pl.t.threads) * pl.t.e * sizeof(float);  // w_eff
-    pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, w_f32, db, wrp);
+                     (!a.dres || pl.smem >= 2 * static_cast<size_t>(pl.per_stage_dres) + pl.fixed);
+    if (pl.wrp && !wrp) {  // the WRP = 0 layout: w_eff, a (mean, rstd) pair a thread
+      const RingSmem r0 = ring_smem_for(pl.t.threads, pl.t.e, sizeof(T), sizeof(X), sizeof(T), 0);
+      pl.per_stage = r0.stage;
+      pl.per_stage_dres = r0.stage_dres;
+      pl.fixed = r0.fixed;
+    }
+    const int kind = wrp ? pl.wrp : 0;
+    pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, w_f32, db, kind);
     // The compile-time-geometry twin: same launch shape, no more registers (it drops the
     // bounds checks and the run-time offsets; ACC2 keeps its accumulators from spilling), so
     // the plan's grid and smem stand.
@@ -794,7 +888,7 @@ void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
     if constexpr (std::is_same_v<T, X>)
       if (pl.merge == 0 && pl.t.e == 32 && (thr == 128 || thr == 256 || thr == 512) && (sizeof(T) == 4 || !w_f32) &&
           int64_t{pl.t.csize} * thr * 32 == a.cols && tune("KP_NORM_BWD_FT", 1))
-        pl.kernel = ring_ft<T>(thr, db, wrp);
+        pl.kernel = ring_ft<T>(thr, db, kind);
     if (pl.wrp && !wrp && !a.dres) {
       pl.t.stages = std::max(1, static_cast<int>((pl.smem - pl.fixed) / pl.per_stage));
       pl.smem = static_cast<size_t>(pl.t.stages) * pl.per_stage + pl.fixed;

@@ -23,6 +23,7 @@ def main() -> None:
             want = F.rms_norm(x.double(), (cols,), w.double(), torch.finfo(dtype).eps)
             assert (y.double() - want).norm() <= 2e-2 * want.norm(), (rows, cols, dtype)
             y.sum().backward()
+            kp_norm.layer_norm(x, w, b, backend="cuda").float().sum().backward()  # db, no residual
             y, h = kp_norm.fused_add_layer_norm(x, r, w, b, backend="cuda")
             (y.float().sum() + h.float().sum()).backward()
     torch.cuda.synchronize()

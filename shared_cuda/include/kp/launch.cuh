@@ -143,31 +143,73 @@ inline int max_active_clusters(const void* func, int device, int threads, size_t
   return n;
 }
 
-// Launch `kernel` on `stream`, as clusters of `cluster` CTAs along x when cluster > 1, and check it.
+namespace detail {
+// cudaLaunchKernelEx with the attributes a launch asks for: a cluster size (> 1), and a
+// programmatic dependency on the previous kernel of the stream (pdl).
 template <typename... KArgs, typename... Args>
-inline void launch(void (*kernel)(KArgs...), int device, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                   int cluster, Args&&... args) {
+inline void launch_ex(void (*kernel)(KArgs...), int device, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                      int cluster, bool pdl, Args&&... args) {
   if (smem > 48 * 1024 || cluster > 8) {  // only these need a one-time attribute; skip the lock otherwise
-    std::lock_guard<std::mutex> lock(detail::cache_mu());
-    detail::prepare(reinterpret_cast<const void*>(kernel), device, smem, cluster);
+    std::lock_guard<std::mutex> lock(cache_mu());
+    prepare(reinterpret_cast<const void*>(kernel), device, smem, cluster);
   }
   cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
+  cudaLaunchAttribute attr[2];
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
+  cfg.attrs = attr;
   if (cluster > 1) {
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+    attr[cfg.numAttrs].val.clusterDim.x = cluster;
+    attr[cfg.numAttrs].val.clusterDim.y = 1;
+    attr[cfg.numAttrs].val.clusterDim.z = 1;
+    ++cfg.numAttrs;
+  }
+  if (pdl) {
+    attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[cfg.numAttrs].val.programmaticStreamSerializationAllowed = 1;
+    ++cfg.numAttrs;
   }
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   if (e != cudaSuccess) throw_cuda(e, "cudaLaunchKernelEx", __FILE__, __LINE__);
   KP_CHECK_LAUNCH();
+}
+}  // namespace detail
+
+// Launch `kernel` on `stream`, as clusters of `cluster` CTAs along x when cluster > 1, and check it.
+template <typename... KArgs, typename... Args>
+inline void launch(void (*kernel)(KArgs...), int device, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   int cluster, Args&&... args) {
+  detail::launch_ex(kernel, device, grid, block, smem, stream, cluster, false, std::forward<Args>(args)...);
+}
+
+// Launch `kernel` as a programmatic dependent of the previous kernel on `stream` (sm90+; a plain
+// launch elsewhere): its CTAs may start while that kernel's last CTAs still run, so the launch
+// latency and ramp hide under its tail. The kernel must call kp::wait_prior_grid() before it
+// reads anything the previous kernel wrote.
+template <typename... KArgs, typename... Args>
+inline void launch_dependent(void (*kernel)(KArgs...), int device, dim3 grid, dim3 block, size_t smem,
+                             cudaStream_t stream, Args&&... args) {
+  detail::launch_ex(kernel, device, grid, block, smem, stream, 1, device_info(device).major >= 9,
+                    std::forward<Args>(args)...);
+}
+
+// In the kernel before one launched by launch_dependent: let the dependent's CTAs be scheduled
+// as this grid's CTAs exit, instead of after the whole grid (griddepcontrol.launch_dependents).
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// In a kernel launched by launch_dependent: wait until the previous grid has finished and its
+// writes are visible (griddepcontrol.wait; returns at once without a programmatic dependency).
+__device__ __forceinline__ void wait_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 }  // namespace kp
