@@ -11,7 +11,7 @@ import torch
 from . import metrics
 from .case import Case, Impl, is_kp
 from .progress import progress
-from .timing import REP_MS, WARMUP_MS, do_bench, host_ms, is_cuda, sync
+from .timing import REP_MS, WARMUP_MS, do_bench, host_ms_interleaved, is_cuda, sync
 
 MAX_INPUT_SETS = 8
 L2_MULTIPLE = 3  # rotate through at least this many L2s worth of inputs
@@ -43,15 +43,17 @@ def _run_case(case: Case, device: Any, ceilings: dict, warmup: float, rep: float
         sets, failure = [], f"making inputs: {_reason(e)}"
     else:
         failure = None
-    rows = []
+    rows, host_calls = [], {}
     for name in case.impls:
         bar.describe(f"{case.op} {case.label} · {name}")
         row = {**base, "impl": name, "kp": is_kp(name), "input_sets": len(sets),
                "reason": failure}
         if failure is None:
             try:
-                row.update(_time_impl(case.impl(name), sets, case.host_timing, device,
-                                      warmup, rep), status="ok")
+                ms, call = _time_impl(case.impl(name), sets, device, warmup, rep)
+                row.update(ms=ms, status="ok")
+                if case.host_timing:
+                    host_calls[name] = call
             except Exception as e:  # unavailable backend, missing package, OOM, ...
                 row["reason"] = _reason(e)
             if row["status"] != "ok":  # outside `except`: its traceback holds the inputs' memory
@@ -59,7 +61,21 @@ def _run_case(case: Case, device: Any, ceilings: dict, warmup: float, rep: float
         metrics.annotate([row], ceilings)
         rows.append(row)
         bar.advance()
-        bar.log(_line(row))
+        if not case.host_timing:
+            bar.log(_line(row))
+    if host_calls:  # all impls of the case at once, their loops in turn
+        bar.describe(f"{case.op} {case.label} · host time")
+        try:
+            host = host_ms_interleaved(host_calls, device=device, calls=300 if is_cuda(device) else 20)
+        except Exception as e:  # an impl that ran once but fails when called in a loop
+            host = {}
+            bar.log(f"  {case.op} {case.label}: host timing failed: {_reason(e)}")
+        for row in rows:
+            row["host_ms"] = host.get(row["impl"])
+    host_calls.clear()
+    if case.host_timing:
+        for row in rows:
+            bar.log(_line(row))
     del sets
     _release(device)
     for row in metrics.annotate(rows, ceilings):
@@ -70,8 +86,8 @@ def _run_case(case: Case, device: Any, ceilings: dict, warmup: float, rep: float
     return rows
 
 
-def _time_impl(impl: Impl, sets: list[tuple], host: bool, device: Any, warmup: float,
-               rep: float) -> dict[str, float]:
+def _time_impl(impl: Impl, sets: list[tuple], device: Any, warmup: float, rep: float):
+    """Device time of one impl (ms), and the call it timed (for the host timing)."""
     args = [impl.setup(*s) if impl.setup else s for s in sets]
     cycle = itertools.cycle(args)
     run = impl.run
@@ -81,10 +97,7 @@ def _time_impl(impl: Impl, sets: list[tuple], host: bool, device: Any, warmup: f
 
     call()  # first call: compiles/autotunes, and an impl that cannot serve raises here
     sync(device)
-    out = {"ms": do_bench(call, device=device, warmup=warmup, rep=rep)}
-    if host:
-        out["host_ms"] = host_ms(call, device=device, calls=300 if is_cuda(device) else 20)
-    return out
+    return do_bench(call, device=device, warmup=warmup, rep=rep), call
 
 
 def _input_sets(case: Case, device: Any) -> list[tuple]:

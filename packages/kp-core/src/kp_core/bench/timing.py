@@ -56,17 +56,30 @@ def host_ms(fn: Callable[[], Any], *, device: Any = "cuda", calls: int = 300,
     `repeats` loops. For launch-bound sizes this is the host overhead a model loop pays; the
     device-time figure of `do_bench` hides it. The minimum, not the median: other work on the
     host only ever adds time, and a few microseconds of it decided comparisons run to run."""
-    for _ in range(min(calls, 50)):  # warm caches, allocator and dispatch paths
-        fn()
-    sync(device)
-    per_call = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+    return host_ms_interleaved({"fn": fn}, device=device, calls=calls, repeats=repeats)["fn"]
+
+
+def host_ms_interleaved(fns: dict[str, Callable[[], Any]], *, device: Any = "cuda", calls: int = 300,
+                        repeats: int = 9) -> dict[str, float]:
+    """`host_ms` of several functions, their loops taken in turn (the order reversed every other
+    round). The GPU machines' host time is bimodal (about 10-11 us or 15-17 us a small-batch call
+    for kp and torch alike, switching every few tens of ms): timed one after the other, an impl
+    could spend all of its loops in the slow state and lose a comparison it wins in the same state."""
+    for fn in fns.values():
+        for _ in range(min(calls, 50)):  # warm caches, allocator and dispatch paths
             fn()
-        sync(device)
-        per_call.append((time.perf_counter() - t0) * 1e3 / calls)
-    return min(per_call)
+    sync(device)
+    best = {name: float("inf") for name in fns}
+    order = list(fns)
+    for r in range(repeats):
+        for name in order if r % 2 == 0 else reversed(order):
+            fn = fns[name]
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync(device)
+            best[name] = min(best[name], (time.perf_counter() - t0) * 1e3 / calls)
+    return best
 
 
 def _cpu_median(fn: Callable[[], Any], rep: float, max_calls: int = 10) -> float:
