@@ -1,9 +1,12 @@
 """Host cost per eager call of a kp op, split into its layers (a diagnostic, not a benchmark).
 
-    python tools/profile_host.py [--rows 1] [--hidden 4096]
+    python tools/profile_host.py [--rows 1] [--hidden 4096] [--backward]
 
 Prints the backend `auto` picks, the wall time per call of: the public function, the level's
 wrapper alone, the bare native call, and torch's F.rms_norm; then a cProfile of the public call.
+--backward does the same for a LayerNorm backward (with dw, db) through torch.autograd.grad:
+kp against F.layer_norm, then kp's layers (the autograd Function's work, _cuda.norm_bwd, the
+native calls, the allocations).
 """
 import argparse
 import cProfile
@@ -28,11 +31,48 @@ def per_call_us(fn, n=2000):
     return (time.perf_counter() - t) / n * 1e6
 
 
+def _table(rows):
+    for name, fn in rows:
+        print(f"{name:34s} {per_call_us(fn, 500):8.2f} us/call")
+
+
+def backward(a):
+    from kp_core import dtypes
+
+    bf16, eps = torch.bfloat16, 1e-5
+    x = torch.randn(a.rows, a.hidden, device="cuda", dtype=bf16, requires_grad=True)
+    w = torch.randn(a.hidden, device="cuda", dtype=bf16, requires_grad=True)
+    b = torch.randn(a.hidden, device="cuda", dtype=bf16, requires_grad=True)
+    dy = torch.randn(a.rows, a.hidden, device="cuda", dtype=bf16)
+    y = kp_norm.layer_norm(x, w, b, eps, backend="cuda")
+    yt = F.layer_norm(x, (a.hidden,), w, b, eps)
+    with torch.no_grad():
+        _, _, mean, rstd = _cuda.norm_fwd(x, None, w, b, eps, False, 0.0, bf16, True)
+    mod, code = _cuda.NATIVE.module, dtypes.code(bf16)
+    _table([
+        ("autograd.grad kp layer_norm", lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True)),
+        ("autograd.grad F.layer_norm", lambda: torch.autograd.grad(yt, (x, w, b), dy, retain_graph=True)),
+        ("_cuda.norm_bwd (dx, dw, db)", lambda: _cuda.norm_bwd(dy, x, None, w, mean, rstd, False, 0.0, True, True)),
+        ("_C.norm_bwd_partials", lambda: mod.norm_bwd_partials(a.rows, a.hidden, code, code, True, x.device.index)),
+        ("torch.empty x4 (dx, partials, dw, db)", lambda: (torch.empty_like(x), torch.empty(2, 8, a.hidden, device="cuda"),
+                                                     torch.empty_like(w), torch.empty_like(b))),
+    ])
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(500):
+        torch.autograd.grad(y, (x, w, b), dy, retain_graph=True)
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=1)
     p.add_argument("--hidden", type=int, default=4096)
+    p.add_argument("--backward", action="store_true", help="a LayerNorm backward through autograd.grad")
     a = p.parse_args()
+    if a.backward:
+        return backward(a)
     x = torch.randn(a.rows, a.hidden, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(a.hidden, device="cuda", dtype=torch.bfloat16)
     dev = x.device
