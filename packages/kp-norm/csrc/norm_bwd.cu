@@ -752,7 +752,8 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
       t.stages = std::max(1, std::min({tune("KP_NORM_BWD_STAGES", 4), budget / (bps * pl.per_stage), cap / pl.per_stage}));
       pl.smem = std::max(pl.merge, static_cast<size_t>(t.stages) * pl.per_stage + pl.fixed);
       if (pl.per_stage_dres > cap) t.multipass = true;
-      // WRP (see bwd_ring_kernel): w in registers, its smem to the ring. Only with 3+ stages: the
+      // WRP (see bwd_ring_kernel): w as raw packets (registers; WRP = 2: 16-bit smem), the fp32
+      // w_eff's smem to the ring. Only with 3+ stages: the
       // pipelined loop keeps S - 2 rows in flight during pass 1. Chosen without looking at the
       // weight dtype or dres, like the partial count: launch_bwd runs the non-WRP kernel, w_eff
       // back in the same smem, for fp32 weights of a 16-bit T (no WRP twin) or when dres leaves
