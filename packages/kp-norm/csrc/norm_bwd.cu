@@ -263,6 +263,25 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
   for (int j = 0; j < E; ++j) aw[j] = 0.f;
 #pragma unroll
   for (int j = 0; j < (DB ? E : 1); ++j) ab[j] = 0.f;
+  // Pass 2 of chunk i, its dy, x, w and dres decoded: dx = rstd * (g - mean(g) - xhat *
+  // mean(g * xhat)) [+ dres], rounded once to x_dtype and stored. With ACC_T the dw (and db)
+  // accumulators take the row here too (the same fmaf as pass 1's, see ACC2); with WADD_T w is
+  // raw and w_add makes it w_eff (WRP).
+  auto dx_chunk = [&](int i, float* d, const float* xh, float* w, const float* r, float rs, float nmr, float a,
+                      float c, X* dxr, auto acc_t, auto wadd_t, float w_add) {
+#pragma unroll
+    for (int q = 0; q < VEC; ++q) {
+      if constexpr (decltype(wadd_t)::value) w[q] += w_add;
+      const float xq = fmaf(xh[q], rs, nmr);
+      if constexpr (decltype(acc_t)::value) {
+        aw[i * VEC + q] = fmaf(d[q], xq, aw[i * VEC + q]);
+        if constexpr (DB) ab[i * VEC + q] += d[q];
+      }
+      d[q] = fmaf(rs, fmaf(-xq, a, fmaf(d[q], w[q], -c)), r[q]);
+    }
+#pragma unroll
+    for (int j = 0; j < XPP; ++j) kp::st16(dxr + cols_[i] + j * kp::Packet<X>::N, kp::pack<X>(d + j * kp::Packet<X>::N));
+  };
   const float inv_n = 1.f / static_cast<float>(p.cols);
   if constexpr (WRP) {
     // Groups: rows 0 .. S-1 above, then one a row, committed after its pass 2 (the chunks of row
@@ -340,19 +359,7 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
 #pragma unroll
           for (int j = 0; j < WPP; ++j) kp::unpack<W>(w_packet(i, j), w + j * kp::Packet<W>::N);
           read_dres(st, i, r, hd_t);
-#pragma unroll
-          for (int q = 0; q < VEC; ++q) {
-            w[q] += w_add;
-            const float xq = fmaf(xh[q], rs, nmr);
-            if constexpr (DB) {  // with db the accumulators take the row here, as ACC2 below
-              aw[i * VEC + q] = fmaf(d[q], xq, aw[i * VEC + q]);
-              ab[i * VEC + q] += d[q];
-            }
-            d[q] = fmaf(rs, fmaf(-xq, a, fmaf(d[q], w[q], -c)), r[q]);
-          }
-#pragma unroll
-          for (int j = 0; j < XPP; ++j)
-            kp::st16(dxr + cols_[i] + j * kp::Packet<X>::N, kp::pack<X>(d + j * kp::Packet<X>::N));
+          dx_chunk(i, d, xh, w, r, rs, nmr, a, c, dxr, std::bool_constant<DB>{}, std::true_type{}, w_add);  // db: as ACC2
           issue_chunk(st, i, np, nact, hd_t);
         }
       });
@@ -435,18 +442,7 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
             read_x(st, i, xh);
             read_w(i, w);
             read_dres(st, i, r, hd_t);
-#pragma unroll
-            for (int q = 0; q < VEC; ++q) {
-              const float xq = fmaf(xh[q], rs, nmr);
-              if constexpr (ACC2) {  // the same values as pass 1's (see ACC2)
-                aw[i * VEC + q] = fmaf(d[q], xq, aw[i * VEC + q]);
-                if constexpr (DB) ab[i * VEC + q] += d[q];
-              }
-              d[q] = fmaf(rs, fmaf(-xq, a, fmaf(d[q], w[q], -c)), r[q]);
-            }
-#pragma unroll
-            for (int j = 0; j < XPP; ++j)
-              kp::st16(dxr + cols_[i] + j * kp::Packet<X>::N, kp::pack<X>(d + j * kp::Packet<X>::N));
+            dx_chunk(i, d, xh, w, r, rs, nmr, a, c, dxr, std::bool_constant<ACC2>{}, std::false_type{}, 0.f);
           }
           issue_chunk(st, i, np, nact, hd_t);
         }

@@ -72,8 +72,8 @@ def _run_case(case: Case, device: Any, ceilings: dict, warmup: float, rep: float
             bar.log(f"  {case.op} {case.label}: host timing failed: {_reason(e)}")
         for row in rows:
             row["host_ms"] = host.get(row["impl"])
-    host_calls.clear()
-    if case.host_timing:
+        host_calls.clear()  # the calls hold their inputs: let _release free them
+    if case.host_timing:  # their lines wait for the host column
         for row in rows:
             bar.log(_line(row))
     del sets
