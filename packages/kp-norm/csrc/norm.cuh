@@ -67,7 +67,6 @@ struct FwdParams {
   int64_t x_stride, res_stride, y_stride, res_out_stride, rows;
   int cols, tpr, csize, stages, nv;  // nv: 16-byte chunks a thread (ring kernel)
   float eps, w_off, inv_cols;        // inv_cols = 1 / cols: no division in the kernels
-  int x_hint;                        // direct kernel's x loads: 0 plain, 1 evict-first (tuning builds only)
   bool is_rms, w_f32, res_f32, has_w, has_b, has_res, has_res_out;
 };
 
@@ -154,11 +153,11 @@ struct Lay {
       }
     }
   }
-  template <typename S>
+  template <typename S, kp::St SH = kp::St::Plain>
   __device__ __forceinline__ void store(S* row, int i, const float* v, bool active) const {
     if constexpr (VECTOR) {
       const int c = col(i, 0);
-      if (active && ok(i, 0)) kp::st_chunk<S, VEC>(row + c, v);
+      if (active && ok(i, 0)) kp::st_chunk<S, VEC, SH>(row + c, v);
     } else {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
@@ -338,6 +337,40 @@ template <int FT = 0, int N>
 __device__ __forceinline__ void team_sum(float (&v)[N], int tpr, float* buf) {
   if (FT ? FT <= 32 : tpr <= 32) kp::warp_sum(v, FT ? FT : tpr);
   else kp::block_sum<N, FT / 32>(v, buf);
+}
+
+// LayerNorm statistics over a compile-time-geometry team (FT threads, n values of the row each): a
+// thread's (mean, M2 about it), merged pairwise (Chan et al.) up a shuffle butterfly, then across
+// the warps in one smem round: one reduction a row instead of a sum for the mean and another for
+// M2. Merged pairs always hold equal counts, so a merge is mean = (ma + mb) / 2 and
+// M2 = M2a + M2b + (mb - ma)^2 n / 2 (n: the count of one side). Each step is symmetric in a and b
+// ((-d)^2 == d^2, IEEE addition commutes), so every lane ends with bit-identical statistics.
+// `buf`: __shared__, 8-byte aligned, FT / 32 float2.
+__device__ __forceinline__ void chan_pair(float& mean, float& m2, float om, float oq, float n) {
+  const float d = om - mean;
+  mean = 0.5f * (mean + om);
+  m2 = fmaf(d * d, 0.5f * n, m2 + oq);
+}
+template <int FT>
+__device__ __forceinline__ void team_mean_m2(float& mean, float& m2, float n, float2* buf) {
+  static_assert(FT > 0 && (FT & (FT - 1)) == 0, "a power-of-two team");
+#pragma unroll
+  for (int o = 1; o < (FT < 32 ? FT : 32); o <<= 1, n *= 2.f)
+    chan_pair(mean, m2, __shfl_xor_sync(0xffffffffu, mean, o), __shfl_xor_sync(0xffffffffu, m2, o), n);
+  if constexpr (FT > 32) {
+    constexpr int NW = FT / 32;
+    if ((threadIdx.x & 31) == 0) buf[threadIdx.x >> 5] = make_float2(mean, m2);
+    __syncthreads();
+    float2 v[NW];
+#pragma unroll
+    for (int w = 0; w < NW; ++w) v[w] = buf[w];
+#pragma unroll
+    for (int s = 1; s < NW; s <<= 1, n *= 2.f)  // the same fixed tree in every thread
+#pragma unroll
+      for (int w = 0; w < NW; w += 2 * s) chan_pair(v[w].x, v[w].y, v[w + s].x, v[w + s].y, n);
+    mean = v[0].x;
+    m2 = v[0].y;
+  }
 }
 
 // Row pointer arithmetic in 64 bits (tensors exceed 2^31 elements).

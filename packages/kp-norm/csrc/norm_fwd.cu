@@ -20,6 +20,24 @@ namespace {
 using kp::Ld;
 
 // ---- pieces shared by the kernels ---------------------------------------------------------------
+
+// Cache policies of the direct kernel's x loads and y stores, one int template parameter (the
+// tuning build instantiates the compile-time-geometry twins for each; release builds kFwdPol only).
+// x is read once, yet loading it with an L2 evict_last policy measured 0.5-1.5 points of copy
+// faster than a plain load at every hidden size from 1K to 16K (H100, NOTES.md "Session 8"), and
+// evict-first (.cs, or an L2 evict_first policy) 1 point slower. Why is not established; the
+// policy changes which lines L2 evicts first, the clean read-once x or the dirty y, and so when
+// y's write-backs reach DRAM. Inductor's looped kernels load x evict_last in their first pass.
+//   0: x plain, y plain            1: x L2 evict_last, y plain
+//   2: x L2 evict_last, y .cs      3: x L2 evict_last, y L2 evict_first
+constexpr int kFwdPol = 1;
+template <int POL>
+constexpr kp::Ld kFwdXLd = POL == 0 ? kp::Ld::Plain : kp::Ld::L2Last;
+template <int POL>
+constexpr kp::St kFwdYSt = POL == 2 ? kp::St::Stream : POL == 3 ? kp::St::L2First : kp::St::Plain;
+// 4 (tuning builds): policy 1 with the LayerNorm twins' two reductions a row (see direct_body).
+template <int POL>
+constexpr bool kFwdLnOneReduction = POL != 4;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // LayerNorm over a cluster: each CTA pushes (sum, M2 about its own mean, n[, its mean]) of its
 // slice (see ClusterExchange); M2 = sum_r M2_r + n_r (mean_r - mean)^2 (Chan et al.), in rank
@@ -414,7 +432,7 @@ struct AffinePrefetch {
 };
 
 // y = (h - mean) * rstd * (w + offset) + b over a thread's chunks, the vector path.
-template <bool RMS, typename Raw, typename Aff, typename L, typename T>
+template <bool RMS, kp::St SH, typename Raw, typename Aff, typename L, typename T>
 __device__ __forceinline__ void write_rows_vec(const Raw& h, Aff& aff, const L& lay, const FwdParams& p, T* yr,
                                                bool active, float nmr, float rstd) {
   constexpr int VEC = L::VEC, NV = L::NV;
@@ -429,7 +447,7 @@ __device__ __forceinline__ void write_rows_vec(const Raw& h, Aff& aff, const L& 
       aff.template fetch<HW, HB>(i + Aff::kAhead, lay, p, active);
 #pragma unroll
       for (int q = 0; q < VEC; ++q) o[q] = affine_out<RMS, HW, HB, HO>(v[q], nmr, rstd, w[q], b[q], p.w_off);
-      lay.template store<T>(yr, i, o, active);
+      lay.template store<T, SH>(yr, i, o, active);
     }
   });
 }
@@ -439,7 +457,7 @@ __device__ __forceinline__ void write_rows_vec(const Raw& h, Aff& aff, const L& 
 // from shifts instead of run-time divisions (which each CTA, living for one row, paid before
 // its first load), chunk offsets are immediates, no chunk has a bounds check, and the block
 // reduction's loop over warps unrolls.
-template <typename T, typename W, typename H, int E, bool VECTOR, bool RES, bool RMS, int FT>
+template <typename T, typename W, typename H, int E, bool VECTOR, bool RES, bool RMS, int FT, int POL>
 __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32], kp::ClusterExchange& cx) {
   using L = Lay<T, E, VECTOR, FT>;
   constexpr int VEC = L::VEC, NV = L::NV;
@@ -478,12 +496,7 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
       }
     }
   } else {
-#ifdef KP_NORM_TUNING
-    if (p.x_hint) h.load(lay, row_ptr<T>(p.x, row, p.x_stride), active);
-    else
-#endif
-    // Plain loads: measured faster than evict-first (.cs) here (NOTES.md).
-    h.template load<kp::Ld::Plain>(lay, row_ptr<T>(p.x, row, p.x_stride), active);
+    h.template load<kFwdXLd<POL>>(lay, row_ptr<T>(p.x, row, p.x_stride), active);
   }
 
   // Statistics: RMS one pass; LayerNorm exact two-pass (slice mean, then squared deviations),
@@ -507,13 +520,28 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
     for (int q = 0; q < VEC; ++q) a[0] = RMS ? fmaf(v[q], v[q], a[0]) : a[0] + v[q];
   }
   if constexpr (RMS) fetch_first();
-  team_sum<FT>(a, tpr, red[nred++ & 1]);
-  if constexpr (RMS) {
+  if constexpr (!RMS && FT > 0 && kFwdLnOneReduction<POL>) {
+    // One reduction a row: this thread's mean and M2 about it, merged over the team (Chan).
+    mean = a[0] * (1.f / E);
+    h.opaque();
+    m2 = 0.f;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      float v[VEC];
+      h.decode_chunk(i, v);
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) m2 = fmaf(v[q] - mean, v[q] - mean, m2);
+    }
+    fetch_first();
+    team_mean_m2<FT>(mean, m2, static_cast<float>(E), reinterpret_cast<float2*>(red[0]));
+  } else if constexpr (RMS) {
+    team_sum<FT>(a, tpr, red[nred++ & 1]);
     m2 = a[0];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (csize > 1) m2 = cx.sum(0, make_float4(a[0], 0.f, 0.f, 0.f), csize).x;
 #endif
   } else {
+    team_sum<FT>(a, tpr, red[nred++ & 1]);
     const int n_here = FT ? FT * E : max(0, min(tpr * E, p.cols - lay.base));
     const float s_here = a[0];
     mean = n_here > 0 ? __fdividef(s_here, static_cast<float>(n_here)) : 0.f;  // n_here <= 2^30
@@ -550,7 +578,7 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
   h.opaque();
   T* yr = row_ptr<T>(p.y, row, p.y_stride);
   if constexpr (VECTOR) {
-    write_rows_vec<RMS>(h, aff, lay, p, yr, active, -mean * rstd, rstd);
+    write_rows_vec<RMS, kFwdYSt<POL>>(h, aff, lay, p, yr, active, -mean * rstd, rstd);
   } else {
 #pragma unroll
     for (int i = 0; i < NV; ++i) {
@@ -570,19 +598,19 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
 template <typename T, typename W, bool RES>
 constexpr int kDirectMinBlocks = sizeof(T) == 2 && sizeof(W) == 2 && !RES ? 2 : 1;
 
-template <typename T, typename W, int E, bool VECTOR, bool RES, bool RMS, int FT = 0>
+template <typename T, typename W, int E, bool VECTOR, bool RES, bool RMS, int FT = 0, int POL = kFwdPol>
 __global__ void __launch_bounds__(kMaxThreads, (kDirectMinBlocks<T, W, RES>)) fwd_direct_kernel(const FwdParams p) {
-  __shared__ float red[2][32];
+  __shared__ __align__(16) float red[2][32];  // float2 views in team_mean_m2
   __shared__ kp::ClusterExchange cx;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Before any load: the barrier in init() then has no stores to wait for (see ClusterExchange).
   if (!FT && p.csize > 1) cx.init(p.csize);
 #endif
   if constexpr (RES) {
-    if (p.res_f32) direct_body<T, W, float, E, VECTOR, true, RMS, FT>(p, red, cx);
-    else direct_body<T, W, T, E, VECTOR, true, RMS, FT>(p, red, cx);
+    if (p.res_f32) direct_body<T, W, float, E, VECTOR, true, RMS, FT, POL>(p, red, cx);
+    else direct_body<T, W, T, E, VECTOR, true, RMS, FT, POL>(p, red, cx);
   } else {
-    direct_body<T, W, T, E, VECTOR, false, RMS, FT>(p, red, cx);
+    direct_body<T, W, T, E, VECTOR, false, RMS, FT, POL>(p, red, cx);
   }
 }
 
@@ -743,21 +771,47 @@ FwdKernel direct_for(int e, bool vector, bool w_f32, bool res, bool rms) {
   if (res) return rms ? direct_for_r<T, true, true>(e, vector, w_f32) : direct_for_r<T, true, false>(e, vector, w_f32);
   return rms ? direct_for_r<T, false, true>(e, vector, w_f32) : direct_for_r<T, false, false>(e, vector, w_f32);
 }
-// The direct kernel's compile-time-geometry twins (E = 32, no residual, 16-bit x and weights):
-// hidden 1K (a warp a row), 2K, 4K, 8K and 16K (a CTA of hidden / 32 threads).
-template <typename T, int FT>
+// The direct kernel's compile-time-geometry twins (no residual, 16-bit x and weights): E = 32 for
+// hidden 1K (a warp a row), 2K, 4K, 8K and 16K (a CTA of hidden / 32 threads); E = 16 for 1K-8K
+// (a CTA of hidden / 16 threads; plan_direct uses them for RMSNorm to 4K, LayerNorm to 2K).
+template <typename T, int E, int FT, int POL>
 FwdKernel direct_ft_t(bool rms) {
-  return rms ? fwd_direct_kernel<T, T, 32, true, false, true, FT> : fwd_direct_kernel<T, T, 32, true, false, false, FT>;
+  return rms ? fwd_direct_kernel<T, T, E, true, false, true, FT, POL> : fwd_direct_kernel<T, T, E, true, false, false, FT, POL>;
 }
-template <typename T>
-FwdKernel direct_ft(int tpr, bool rms) {
-  switch (tpr) {
-    case 32: return direct_ft_t<T, 32>(rms);
-    case 64: return direct_ft_t<T, 64>(rms);
-    case 128: return direct_ft_t<T, 128>(rms);
-    case 256: return direct_ft_t<T, 256>(rms);
-    default: return direct_ft_t<T, 512>(rms);
+template <typename T, int POL>
+FwdKernel direct_ft_p(int tpr, int e, bool rms) {
+  if (e == 16) {
+    switch (tpr) {
+      case 64: return direct_ft_t<T, 16, 64, POL>(rms);
+      case 128: return direct_ft_t<T, 16, 128, POL>(rms);
+      case 256: return direct_ft_t<T, 16, 256, POL>(rms);
+      case 512: return direct_ft_t<T, 16, 512, POL>(rms);
+      default: return nullptr;
+    }
   }
+  switch (tpr) {
+    case 32: return direct_ft_t<T, 32, 32, POL>(rms);
+    case 64: return direct_ft_t<T, 32, 64, POL>(rms);
+    case 128: return direct_ft_t<T, 32, 128, POL>(rms);
+    case 256: return direct_ft_t<T, 32, 256, POL>(rms);
+    default: return direct_ft_t<T, 32, 512, POL>(rms);
+  }
+}
+// nullptr: no twin for this shape.
+template <typename T>
+FwdKernel direct_ft(int tpr, int e, bool rms) {
+#ifdef KP_NORM_TUNING
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // the other policies, for sweeps (bf16 only)
+    switch (tune("KP_NORM_FWD_POL", kFwdPol)) {
+      case 0: return direct_ft_p<T, 0>(tpr, e, rms);
+      case 2: return direct_ft_p<T, 2>(tpr, e, rms);
+      case 3: return direct_ft_p<T, 3>(tpr, e, rms);
+      case 4: return direct_ft_p<T, 4>(tpr, e, rms);
+      default: break;
+    }
+  }
+#endif
+  return direct_ft_p<T, kFwdPol>(tpr, e, rms);
 }
 
 struct FwdPlan {
@@ -842,7 +896,14 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
   FwdPlan pl;
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
-  const int emax = vector ? std::min(32, tune("KP_NORM_FWD_EMAX", 32)) : 8;
+  // 16-bit rows without a residual, RMSNorm 1K-4K and LayerNorm 1K-2K: 16 values a thread (twice
+  // the threads a row, as compile-time-geometry twins) measured 0.1-0.9 points of copy faster than
+  // 32; wider, they lost 1.5-10 points (H100, NOTES.md "Session 8").
+  const int e_row = sizeof(T) == 2 && !res && cols > 512 &&
+                            cols <= (rms ? tune("KP_NORM_FWD_RMSE16MAX", 4096) : tune("KP_NORM_FWD_LNE16MAX", 2048))
+                        ? 16
+                        : 32;
+  const int emax = vector ? std::min(e_row, tune("KP_NORM_FWD_EMAX", 32)) : 8;
   if (cols <= 32 * emax) {  // warp / sub-warp teams, several rows per CTA
     t.e = !vector || cols <= 256 ? 8 : cols <= 512 ? std::min(16, emax) : emax;
     t.tpr = next_pow2(static_cast<int>(cdiv(cols, t.e)));
@@ -859,9 +920,9 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
     // Rows that fill the geometry exactly take the compile-time twin (same launch shape; it
     // drops the divisions, offsets and bounds checks, so it needs no more registers).
     if constexpr (sizeof(T) == 2)
-      if (vector && !res && !w_f32 && t.e == 32 && t.csize == 1 && int64_t{t.tpr} * t.e == cols &&
+      if (vector && !res && !w_f32 && (t.e == 32 || t.e == 16) && t.csize == 1 && int64_t{t.tpr} * t.e == cols &&
           (t.tpr & (t.tpr - 1)) == 0 && t.tpr >= 32 && t.tpr <= kMaxThreads && tune("KP_NORM_FWD_DFT", 1))
-        pl.kernel = direct_ft<T>(t.tpr, rms);
+        if (FwdKernel ft = direct_ft<T>(t.tpr, t.e, rms)) pl.kernel = ft;
     if (t.csize > 1 && kp::max_active_clusters(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0, t.csize) < 1)
       t.multipass = true;
     else
@@ -925,7 +986,6 @@ void launch_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
   p.tpr = pl.t.tpr; p.csize = pl.t.csize; p.stages = pl.t.stages; p.nv = pl.t.nv;
   p.eps = a.eps; p.w_off = a.weight_offset;
   p.inv_cols = 1.f / static_cast<float>(a.cols);
-  p.x_hint = tune("KP_NORM_FWD_XHINT", 0);
   p.is_rms = a.is_rms;
   p.w_f32 = a.weight_dtype == kp::kF32;
   p.res_f32 = res_f32;

@@ -15,16 +15,51 @@ namespace kp {
 //   L2:     read again soon by this kernel (ld.global.cg: skip L1, keep in L2).
 //   RO:     small read-only data every CTA re-reads, e.g. weights (ld.global.nc, cached in L1).
 //   Plain:  the default policy (ld.global).
-enum class Ld { Stream, L2, RO, Plain };
+// The L2 eviction-priority variants (sm80+; a plain access elsewhere) mark only the L2 lines:
+//   L2First / L2Last: ld.global.L2::cache_hint with an evict_first / evict_last policy.
+enum class Ld { Stream, L2, RO, Plain, L2First, L2Last };
+// Cache policy of a store: Plain (st.global), Stream (st.global.cs), L2First / L2Last as above.
+enum class St { Plain, Stream, L2First, L2Last };
+
+namespace detail {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+template <bool FIRST> __device__ __forceinline__ uint64_t l2_policy() {
+  uint64_t pol;
+  if constexpr (FIRST) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  else asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+template <bool FIRST> __device__ __forceinline__ uint4 ld16_l2hint(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(l2_policy<FIRST>()));
+  return v;
+}
+template <bool FIRST> __device__ __forceinline__ void st16_l2hint(void* p, const uint4& v) {
+  asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;"
+               :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "l"(l2_policy<FIRST>()) : "memory");
+}
+#endif
+}  // namespace detail
 
 template <Ld H> __device__ __forceinline__ uint4 ld16(const void* p) {
   const uint4* q = reinterpret_cast<const uint4*>(p);
   if constexpr (H == Ld::Stream) return __ldcs(q);
   else if constexpr (H == Ld::L2) return __ldcg(q);
   else if constexpr (H == Ld::RO) return __ldg(q);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  else if constexpr (H == Ld::L2First || H == Ld::L2Last) return detail::ld16_l2hint<H == Ld::L2First>(p);
+#endif
   else return *q;
 }
-__device__ __forceinline__ void st16(void* p, const uint4& v) { *reinterpret_cast<uint4*>(p) = v; }
+template <St H = St::Plain> __device__ __forceinline__ void st16(void* p, const uint4& v) {
+  uint4* q = reinterpret_cast<uint4*>(p);
+  if constexpr (H == St::Stream) __stcs(q, v);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  else if constexpr (H == St::L2First || H == St::L2Last) detail::st16_l2hint<H == St::L2First>(p, v);
+#endif
+  else *q = v;
+}
 
 template <typename S, Ld H> __device__ __forceinline__ S ld1(const S* p) {
   if constexpr (H == Ld::Stream) return __ldcs(p);
@@ -40,11 +75,11 @@ template <typename S, int N, Ld H> __device__ __forceinline__ void ld_chunk(cons
 #pragma unroll
   for (int j = 0; j < N / P; ++j) unpack<S>(ld16<H>(p + j * P), v + j * P);
 }
-template <typename S, int N> __device__ __forceinline__ void st_chunk(S* p, const float* v) {
+template <typename S, int N, St H = St::Plain> __device__ __forceinline__ void st_chunk(S* p, const float* v) {
   constexpr int P = Packet<S>::N;
   static_assert(N % P == 0, "chunk must be whole 16-byte packets");
 #pragma unroll
-  for (int j = 0; j < N / P; ++j) st16(p + j * P, pack<S>(v + j * P));
+  for (int j = 0; j < N / P; ++j) st16<H>(p + j * P, pack<S>(v + j * P));
 }
 
 // A register packet the compiler must treat as changed here (no instruction is emitted): keeps a
