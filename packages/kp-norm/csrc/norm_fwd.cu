@@ -500,7 +500,8 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
   }
 
   // Statistics: RMS one pass; LayerNorm exact two-pass (slice mean, then squared deviations),
-  // merged over a cluster with Chan's formula. Each pass decodes the packets again. The first
+  // merged over a cluster with Chan's formula; the compile-time twins take the thread's own mean
+  // and M2 and merge those in one reduction (team_mean_m2). Each pass decodes the packets again. The first
   // weight chunks are fetched just before the last barrier, so they land while it waits.
   // (The scalar path loads weights chunk by chunk as it writes: no prefetch state.)
   using Aff = std::conditional_t<VECTOR, AffinePrefetch<T, W, NV, NV * (VEC * static_cast<int>(sizeof(H)) / 16), RMS>,
