@@ -9,8 +9,8 @@ config constants in csrc (`tune("KP_NORM_...")`) then read the environment on ev
 
 Directions: fwd (the public function), bwd (torch.autograd.grad through the public function:
 what the benchmark times), bwdk (the native backward kernel alone: no autograd, no allocation,
-no col_sum). bf16, 256 MiB of x, median of triton.testing.do_bench; the copy ceiling is measured
-in the same run. A development tool: the committed numbers come from the benchmarks.
+no col_sum). bf16, 256 MiB of x, median of kp_core.bench's do_bench (L2 flush + stream hold); the
+copy ceiling is measured in the same run. A development tool: the committed numbers come from the benchmarks.
 """
 from __future__ import annotations
 

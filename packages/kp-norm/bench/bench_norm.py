@@ -177,7 +177,8 @@ def cases(quick: bool, device: str):
             ceiling="copy", impls=_fused_impls())
 
     # Decode-like batches: launch- and host-bound, so time per call, device and host.
-    for rows in SMALL_ROWS if device != "cpu" else SMALL_ROWS[::3]:
+    small_rows = SMALL_ROWS if device != "cpu" else SMALL_ROWS[::3]
+    for rows in small_rows:
         def make_small(rows=rows):
             return _randn(rows, SMALL_HIDDEN, device=device), _randn(SMALL_HIDDEN, device=device)
         yield bench.Case(
@@ -186,6 +187,18 @@ def cases(quick: bool, device: str):
             host_timing=True, sweep="rows",
             impls={"kp": lambda x, w: kp_norm.rms_norm(x, w, RMS_EPS),
                    "torch": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, RMS_EPS)})
+
+    # A training step's small norms: the host cost of one autograd backward (dx, dw, db).
+    for rows in small_rows:
+        def make_small_bwd(rows=rows):
+            params = [_randn(SMALL_HIDDEN, device=device, grad=True) for _ in range(2)]
+            x = _randn(rows, SMALL_HIDDEN, device=device, grad=True)
+            return (x, *params, _randn(rows, SMALL_HIDDEN, device=device))
+        yield bench.Case(
+            op="layer_norm_bwd_small_batch", label=f"rows={rows}",
+            params={"rows": rows, "hidden": SMALL_HIDDEN, "dtype": "bf16"}, make_inputs=make_small_bwd,
+            host_timing=True, sweep="rows",
+            impls={k: _backward(f) for k, f in _layer_impls().items() if k != "kp-triton"})
 
 
 if __name__ == "__main__":

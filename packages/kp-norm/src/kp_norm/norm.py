@@ -220,7 +220,8 @@ def _check_param(name: str, t: Optional[torch.Tensor], x: torch.Tensor, shape, o
 
 def _as_rows(t: torch.Tensor, cols: int) -> torch.Tensor:
     """[..., *normalized] -> [rows, cols] with a unit last stride (a view when possible)."""
-    t2 = t.reshape(-1, cols)
+    # Rows already: no view, so no ViewBackward node for the engine to run in every backward.
+    t2 = t if t.dim() == 2 and t.shape[1] == cols else t.reshape(-1, cols)
     return t2 if t2.stride(-1) == 1 or t2.shape[0] == 0 else t2.contiguous()
 
 
@@ -301,8 +302,10 @@ def norm(
         y, res_out, _, _ = _NormFunction.apply(*args)
     else:
         y, res_out, _, _ = _fwd_impl(name)(*args[:-1])
-    y = y.view(x.shape)
-    return y, (res_out.view(x.shape) if res_out is not None else None)
+    if y.shape != x.shape:
+        y = y.view(x.shape)
+        res_out = res_out.view(x.shape) if res_out is not None else None
+    return y, res_out
 
 
 # ---------------------------------------------------------------------------------------------

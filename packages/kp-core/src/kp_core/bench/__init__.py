@@ -2,9 +2,10 @@
 
 A script yields `Case`s (one op at one size, with every implementation to compare) from
 `cases(quick, device)` and ends with `raise SystemExit(bench.main(cases, suite="norm"))`. The
-harness measures the copy and GEMM ceilings, times each impl (median of triton's do_bench over
-rotating input sets), records failing impls as skipped, and writes JSON + Markdown + a PNG per op
-to docs/benchmarks/<gpu>/. Without a GPU it runs the CPU variants once as a smoke test.
+harness measures the copy and GEMM ceilings, times each impl (median device time per call: CUDA
+events after an L2 flush and a stream hold that keeps the host's launch latency out of the window,
+over rotating input sets), records failing impls as skipped, and writes JSON + Markdown + a PNG
+per op to docs/benchmarks/<gpu>/. Without a GPU it runs the CPU variants once as a smoke test.
 """
 from .case import Case, Impl, is_kp
 from .ceilings import measure as measure_ceilings

@@ -85,7 +85,8 @@ def _header(result: dict[str, Any]) -> list[str]:
         lines.append("| timing | wall time of single calls, median of a few (CPU smoke run) |")
     else:
         lines.append(f"| timing | median of {timing['timer']}, warmup {timing['warmup_ms']:g} ms, "
-                     f"rep {timing['rep_ms']:g} ms; L2 flushed before each call; inputs rotated "
+                     f"rep {timing['rep_ms']:g} ms; L2 flushed before each call, then the stream held "
+                     f"(a spin kernel) until the host has issued the call; inputs rotated "
                      f"over enough sets to cover {timing['l2_multiple']}x the L2 (at most "
                      f"{timing['max_input_sets']}) |")
     lines.append(f"| run | {result['run']} |")
