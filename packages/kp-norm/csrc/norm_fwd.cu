@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
   constexpr bool WS = WM == kWSmem, WR = WM == kWReg, PIPE = WR;
   constexpr int VEC = 16 / sizeof(T), NVM = kRingNV;
   extern __shared__ uint4 ring_smem[];
-  __shared__ float red[2][32];
+  __shared__ __align__(16) float red[2][32];  // float2 [16] each for team_mean_m2
   __shared__ kp::ClusterExchangeN<PIPE ? 4 : 2> cx;  // one partial per CTA per row, pushed (no cluster barrier)
 
   const int tid = threadIdx.x, S = p.stages;
@@ -212,7 +212,8 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
   // This CTA's statistics of the row in stage st (after pass 0, which with a residual writes
   // h = x + res, rounded to res_dtype, into the res ring and res_out). RMS: (sum of squares, -, -, -).
   // LayerNorm, exact two-pass over the slice: (sum, M2 about the slice mean, valid columns, slice
-  // mean). Chunks past the row read 0.
+  // mean); FT twins merge per-thread (mean, M2) pairs instead (one reduction). Chunks past the row
+  // read 0.
   int nred = 0;
   auto local_stats = [&](int st, int64_t row) -> float4 {
     if constexpr (RES) {
@@ -256,6 +257,28 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
       for (int q = 0; q < VEC; ++q) c4[q % NA] = RMS ? fmaf(h[q], h[q], c4[q % NA]) : c4[q % NA] + h[q];
     }
     a[0] = NA == 1 ? c4[0] : (c4[0] + c4[1]) + (c4[2] + c4[3]);
+    if constexpr (!RMS && FULL) {
+      // One reduction a row, as the direct twins: this thread's mean and M2 about it, merged over
+      // the CTA (team_mean_m2), instead of a CTA sum for the slice mean and another for M2
+      // (H100 LayerNorm 32K-256K: +0.1-0.2 points of copy in two interleaved rounds).
+      constexpr float kE = NVM * VEC, kSlice = FT * kE;
+      float mean = a[0] * (1.f / kE);
+      // Read the ring again rather than keep the first pass's 64 values live across it: with no
+      // barrier between the passes ptxas reused the loads (128 registers, spilled). A warp
+      // barrier orders shared memory, so the loads stay.
+      __syncwarp();
+      c4[0] = c4[1] = c4[2] = c4[3] = 0.f;
+#pragma unroll
+      for (int i = 0; i < NVM; ++i) {
+        float h[VEC];
+        read_h(st, i, h);
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) c4[q % NA] = fmaf(h[q] - mean, h[q] - mean, c4[q % NA]);
+      }
+      float m2 = NA == 1 ? c4[0] : (c4[0] + c4[1]) + (c4[2] + c4[3]);
+      team_mean_m2<FT>(mean, m2, kE, reinterpret_cast<float2*>(red[nred++ & 1]));
+      return make_float4(mean * kSlice, m2, kSlice, mean);
+    }
     team_sum<FT>(a, tpr, red[nred++ & 1]);
     if constexpr (RMS) return make_float4(a[0], 0.f, 0.f, 0.f);
     const float s_here = a[0];
