@@ -11,7 +11,7 @@ from .dispatch import (
 )
 from .native import NativeStatus, load as load_native
 
-__version__ = "0.1.3"
+__version__ = "0.1.4"
 
 __all__ = [
     "BACKENDS",
