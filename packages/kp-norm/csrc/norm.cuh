@@ -93,6 +93,11 @@ inline int tune(const char* name, int def) {
 inline int tune(const char*, int def) { return def; }
 #endif
 
+// DRAM bandwidth an SM (GB/s) splits a few plans: at >= 30 (H200: 36) an SM needs more bytes in
+// flight than at the H100 SXM's 25, and some choices tuned on one GPU lost on the other (NOTES.md
+// "Session 9": LayerNorm forward E = 16 at 2K, the backward's WRP with db).
+inline bool fast_dram(int mem_gbps, int sms) { return mem_gbps >= tune("KP_NORM_FASTDRAM_GBPSM", 30) * sms; }
+
 inline int next_pow2(int v) {
   int p = 1;
   while (p < v) p <<= 1;

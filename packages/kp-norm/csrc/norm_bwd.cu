@@ -761,7 +761,10 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
       // that the non-WRP loop waits on (ncu, H100 LayerNorm 64K: 12-26% of stall samples).
       // Clusters of 4+ only: at 16K (2 CTAs) the exchange is short and the plain loop, w_eff
       // made once, won in 2 of 3 H100 runs (kernel alone 89.3-89.6 vs 87.0).
-      const bool wrp_db = db && t.e == 32 && t.csize >= tune("KP_NORM_BWD_WRPDBCS", 4) && tune("KP_NORM_BWD_WRPDB", 1);
+      // Not on GPUs with fast DRAM for their SM count: on the H200 the plain loop read 79 vs 64
+      // (64K) and 67 vs 61 (256K) in two rounds (NOTES.md "Session 9").
+      const bool wrp_db = db && t.e == 32 && t.csize >= tune("KP_NORM_BWD_WRPDBCS", 4) &&
+                          tune("KP_NORM_BWD_WRPDB", fast_dram(dev.mem_gbps, dev.sms) ? 0 : 1);
       // WRP = 2 (db only): w in smem at half the bytes of w_eff, so the registers that spilled in
       // WRP = 1 stay free. Taken where it keeps as many teams resident as WRP = 1 (256K: both one
       // 512-thread CTA an SM; at 16K-64K its extra 16 KB would cost the second CTA).

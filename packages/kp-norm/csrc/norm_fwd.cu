@@ -922,11 +922,11 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
   const auto& dev = kp::device_info(device);
   // 16-bit rows without a residual, RMSNorm 1K-4K and LayerNorm 1K-2K: 16 values a thread (twice
   // the threads a row, as compile-time-geometry twins) measured 0.1-0.9 points of copy faster than
-  // 32; wider, they lost 1.5-10 points (H100, NOTES.md "Session 8").
-  const int e_row = sizeof(T) == 2 && !res && cols > 512 &&
-                            cols <= (rms ? tune("KP_NORM_FWD_RMSE16MAX", 4096) : tune("KP_NORM_FWD_LNE16MAX", 2048))
-                        ? 16
-                        : 32;
+  // 32; wider, they lost 1.5-10 points (H100, NOTES.md "Session 8"). On the H200 LayerNorm 2K
+  // with 16 lost 4 points (93.5 vs 97.6) and 1K tied: there LayerNorm takes 16 at 1K only.
+  const int ln_e16max = tune("KP_NORM_FWD_LNE16MAX", fast_dram(dev.mem_gbps, dev.sms) ? 1024 : 2048);
+  const int e_row =
+      sizeof(T) == 2 && !res && cols > 512 && cols <= (rms ? tune("KP_NORM_FWD_RMSE16MAX", 4096) : ln_e16max) ? 16 : 32;
   const int emax = vector ? std::min(e_row, tune("KP_NORM_FWD_EMAX", 32)) : 8;
   if (cols <= 32 * emax) {  // warp / sub-warp teams, several rows per CTA
     t.e = !vector || cols <= 256 ? 8 : cols <= 512 ? std::min(16, emax) : emax;
@@ -958,20 +958,17 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
 // Config table (NOTES.md). Vector path: rows up to 16384 take the direct kernel (the row in
 // registers, up to E=32 values a thread with the fewest threads that cover the row; narrow rows
 // use warp or sub-warp teams, no CTA barrier); wider rows the ring kernel (the row in smem, larger
-// slices a thread and, on sm90, a cluster). LayerNorm without a residual takes the ring from 8K
-// up when its FT twin serves and the GPU's DRAM is fast for its SM count: there the direct
-// kernel's two rows an SM, each stalled on two reductions, keep too few bytes in flight, and the
-// ring's persistent copies keep more (H200, 37 GB/s an SM, 16384: 77 -> 90% of copy); at H100's
-// 25 GB/s an SM the direct kernel keeps up and spends fewer instructions (96.6 vs 93.8). RMSNorm
-// stays direct (H200 90 vs 88). Scalar path: E=8, one row per team, no ring. Else: multi-pass.
+// slices a thread and, on sm90, a cluster). Until 0.2.7, LayerNorm 16K took the ring on GPUs with
+// fast DRAM for their SM count (H200: 90 vs 77% of copy, session 4); the direct kernel has gained
+// since (one reduction a row, x evict_last) and now reads 93.5 there against the ring's 88 (NOTES
+// "Session 9"), so every GPU keeps it direct (`KP_NORM_FWD_LNDIRECTMAX` moves the split for
+// sweeps). Scalar path: E=8, one row per team, no ring. Else: multi-pass.
 template <typename T>
 FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32, bool w_f32, int n_affine, bool rms,
                  int device) {
   FwdPlan pl;
   const int directmax = tune("KP_NORM_FWD_DIRECTMAX", 16384);
-  const auto& dev = kp::device_info(device);
-  const bool fast_dram = dev.mem_gbps >= tune("KP_NORM_FWD_RINGGBPSM", 30) * dev.sms;  // GB/s an SM
-  const int ln_directmax = tune("KP_NORM_FWD_LNDIRECTMAX", fast_dram ? 8192 : 16384);
+  const int ln_directmax = tune("KP_NORM_FWD_LNDIRECTMAX", 16384);
   if (vector && cols > directmax) {
     pl = plan_ring<T>(rows, cols, res, res_f32, w_f32, n_affine, rms, device);
   } else if (vector && !rms && !res && cols > ln_directmax) {
