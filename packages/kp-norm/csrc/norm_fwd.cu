@@ -959,7 +959,7 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
 // registers, up to E=32 values a thread with the fewest threads that cover the row; narrow rows
 // use warp or sub-warp teams, no CTA barrier); wider rows the ring kernel (the row in smem, larger
 // slices a thread and, on sm90, a cluster). Until 0.2.7, LayerNorm 16K took the ring on GPUs with
-// fast DRAM for their SM count (H200: 90 vs 77% of copy, session 4); the direct kernel has gained
+// fast DRAM for their SM count (H200: 90 vs 77% of copy, session 6); the direct kernel has gained
 // since (one reduction a row, x evict_last) and now reads 93.5 there against the ring's 88 (NOTES
 // "Session 9"), so every GPU keeps it direct (`KP_NORM_FWD_LNDIRECTMAX` moves the split for
 // sweeps). Scalar path: E=8, one row per team, no ring. Else: multi-pass.
