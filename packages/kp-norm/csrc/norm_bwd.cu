@@ -734,7 +734,8 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
       pl.per_stage = r0.stage;
       pl.per_stage_dres = r0.stage_dres;
       pl.fixed = r0.fixed;  // w_eff
-      const int bps = std::max(1, kp::blocks_per_sm(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0));
+      const int bps = std::max(1, std::min(tune("KP_NORM_BWD_BPSMAX", 64),
+                                           kp::blocks_per_sm(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0)));
       // Ring depth: up to 4 stages within a budget per SM and the per-CTA smem limit. A stage is
       // refilled as soon as pass 2 has read it, so S stages keep S rows in flight. Clusters (rows
       // past 8192) without db take a deeper ring (their WRP kernel wants 3 stages; H200 16K: 81 ->
