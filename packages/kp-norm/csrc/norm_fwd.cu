@@ -501,9 +501,11 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
 
   Raw<T, H, E, VECTOR> h;
   if constexpr (RES) {
+    // x and res with the policy of the plain path's x (evict_last, kFwdPol): they had been
+    // loaded evict-first (.cs), which session 8 measured a point slower than plain there.
     Raw<T, T, E, VECTOR> rx;
-    rx.load(lay, row_ptr<T>(p.x, row, p.x_stride), active);
-    h.load(lay, row_ptr<H>(p.res, row, p.res_stride), active);
+    rx.template load<kFwdXLd<POL>>(lay, row_ptr<T>(p.x, row, p.x_stride), active);
+    h.template load<kFwdXLd<POL>>(lay, row_ptr<H>(p.res, row, p.res_stride), active);
     H* ro = p.has_res_out ? row_ptr<H>(p.res_out, row, p.res_out_stride) : nullptr;
 #pragma unroll
     for (int i = 0; i < NV; ++i) {  // h = x + res, rounded to res_dtype (what torch normalizes)
