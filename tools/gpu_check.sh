@@ -9,6 +9,8 @@
 # every bench script, e.g. "--quick"), KP_WHEELS (a folder of extra wheels to install first, e.g.
 # liger-kernel for the competitor columns).
 # KP_GIT_REV: the revision the reports should name, when this machine's .git is a stale copy.
+# No build on the device: put a kp-norm wheel built on the CPU machine (see tools/ab_wheels.sh)
+# into KP_WHEELS and leave out `build`; kp-core (pure Python) is then installed from the tree.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${KP_OUT:-$ROOT/.gpu-check}
@@ -27,6 +29,10 @@ fi
 
 if [ -n "${KP_WHEELS:-}" ] && ls "$KP_WHEELS"/*.whl >/dev/null 2>&1; then
   $PY -m pip install -q --no-index --no-deps --no-compile "$KP_WHEELS"/*.whl
+fi
+
+if ! want build && ! $PY -c "import kp_core" 2>/dev/null; then
+  $PY -m pip install -q --no-index --no-deps --no-build-isolation "$ROOT/packages/kp-core"
 fi
 
 if want build; then
