@@ -51,6 +51,8 @@ constexpr int kMaxThreads = 512;   // launch bound of the row kernels: up to 128
 constexpr int kWarpTeamCTA = 256;  // CTA size when rows share a CTA
 constexpr int kMaxCluster = 16;    // sm90 limit with cudaFuncAttributeNonPortableClusterSizeAllowed
 constexpr int kMultiThreads = 512; // CTA size of the multi-pass fallbacks
+constexpr int kTileMaxThreads = 256;  // launch bound of the backward tile kernel (rows up to 4K, E = 16)
+constexpr int kTileE = 16;             // its columns a thread
 constexpr int kStaticSmemSlack = 2048;  // static smem of the kernels, kept out of the dynamic budget
 
 struct Team {

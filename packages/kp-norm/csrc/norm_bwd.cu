@@ -531,6 +531,119 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_direct_kernel(const BwdParams
 #endif
 }
 
+// ---- tile kernel: rows of 1K-4K, M rows a tile loaded straight into registers -------------------
+// One CTA is the team (tpr = blockDim threads, E columns each) and one partial. Persistent: CTA c
+// takes the tiles of M consecutive rows c, c + grid, ... For each tile it issues every load of the
+// M rows (dy, x, dres, the stats) before the first use, so M rows a CTA are in flight, then one
+// block reduction sums the 2M row sums together (the ring kernel pays a reduction and its barrier
+// a row: at 2K that fixed cost is a large share of a 4 KB row). Pass 2 decodes the packets again
+// (the registers hold raw 16-byte packets, half the bytes of floats for 16-bit dtypes). Loads are
+// in registers, not a cp.async ring: occupancy (several CTAs an SM) keeps DRAM busy while one CTA
+// reduces. w_eff lives in registers as fp32 for the whole kernel.
+// HD: dres is given (compile-time, so the no-dres kernel spends no registers on it).
+template <typename T, typename X, typename W, int E, int M, bool DB, bool HD>
+__global__ void __launch_bounds__(kTileMaxThreads, 2) bwd_tile_kernel(const BwdParams p) {
+  using L = Lay<T, E, true>;
+  constexpr int VEC = L::VEC, NV = L::NV;
+  __shared__ float red[2][32 * 2 * M];
+  kp::allow_dependents();  // as bwd_ring_kernel
+  const int tid = threadIdx.x, tpr = blockDim.x;
+  const L lay{0, tid, tpr, p.cols};
+  float w[E];  // past the row: anything (dy is 0 there)
+  {
+    const W* wp = static_cast<const W*>(p.w);
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      if (p.has_w) {
+        lay.template load<W, Ld::RO>(wp, i, w + i * VEC, true);
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) w[i * VEC + q] += p.w_off;
+      } else {
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) w[i * VEC + q] = 1.f;
+      }
+    }
+  }
+  float aw[E], ab[DB ? E : 1];
+#pragma unroll
+  for (int j = 0; j < E; ++j) aw[j] = 0.f;
+#pragma unroll
+  for (int j = 0; j < (DB ? E : 1); ++j) ab[j] = 0.f;
+  const float inv_n = 1.f / static_cast<float>(p.cols);
+  const int64_t step = static_cast<int64_t>(gridDim.x) * M;
+  int k = 0;
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.x) * M; r0 < p.rows; r0 += step, ++k) {
+    Raw<T, T, E, true> rdy[M];
+    Raw<T, X, E, true> rx[M];
+    Raw<T, X, E, true> rdr[HD ? M : 1];
+    float rs[M], nmr[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {  // every load of the tile first: M rows in flight
+      const int64_t row = r0 + m;
+      const bool act = row < p.rows;
+      const int64_t rr = act ? row : 0;
+      rdy[m].load(lay, row_ptr<T>(p.dy, rr, p.dy_stride), act);
+      rx[m].load(lay, row_ptr<X>(p.x, rr, p.x_stride), act);
+      if constexpr (HD) rdr[m].load(lay, row_ptr<X>(p.dres, rr, p.dres_stride), act);
+      const float r = act ? __ldg(p.rstd + row) : 0.f;
+      const float mu = act && !p.is_rms ? __ldg(p.mean + row) : 0.f;
+      rs[m] = r, nmr[m] = -mu * r;
+    }
+    // Pass 1: the row sums and the dw (and db) accumulators; inactive rows read dy = 0.
+    float s[2 * M];
+#pragma unroll
+    for (int j = 0; j < 2 * M; ++j) s[j] = 0.f;
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        float d[VEC], xh[VEC];
+        rdy[m].decode_chunk(i, d);
+        rx[m].decode_chunk(i, xh);
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) {
+          const int j = i * VEC + q;
+          const float xq = fmaf(xh[q], rs[m], nmr[m]);
+          aw[j] = fmaf(d[q], xq, aw[j]);
+          if constexpr (DB) ab[j] += d[q];
+          const float g = d[q] * w[j];
+          s[2 * m] = fmaf(g, xq, s[2 * m]);
+          s[2 * m + 1] += g;
+        }
+      }
+    kp::block_sum<2 * M>(s, red[k & 1]);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {  // decode again in pass 2: pass 1's floats would take 2x the registers
+      rdy[m].opaque();
+      rx[m].opaque();
+    }
+    // Pass 2: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) [+ dres], rounded once to X.
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const int64_t row = r0 + m;
+      if (row >= p.rows) continue;
+      const float a = s[2 * m] * inv_n, c = p.is_rms ? 0.f : s[2 * m + 1] * inv_n;
+      X* dxr = row_ptr<X>(p.dx, row, p.dx_stride);
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        if (!lay.ok(i, 0)) continue;
+        float d[VEC], xh[VEC], o[VEC];
+        rdy[m].decode_chunk(i, d);
+        rx[m].decode_chunk(i, xh);
+        if constexpr (HD) rdr[m].decode_chunk(i, o);
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) {
+          const float xq = fmaf(xh[q], rs[m], nmr[m]);
+          o[q] = fmaf(rs[m], fmaf(-xq, a, fmaf(d[q], w[i * VEC + q], -c)), HD ? o[q] : 0.f);
+        }
+        lay.template store<X>(dxr, i, o, true);
+      }
+    }
+  }
+  Geo g(tpr, 1);
+  write_partials<false>(aw, ab, lay, p, g, blockIdx.x, nullptr);
+}
+
 // ---- multi-pass fallback: one CTA per partial, rows streamed in tiles ---------------------------
 // Pass 1: the two row sums (lines kept in L2); pass 2: re-read, dx, and read-modify-write of this
 // CTA's own fp32 partial row (no other CTA touches it). For rows too wide for registers + clusters.
@@ -627,6 +740,7 @@ struct Plan {
   int per_stage_dres = 0;
   size_t fixed = 0;       // smem besides the ring (w_eff / raw w)
   int wrp = 0;            // the plan's kernel is a WRP one, of this kind (launch_bwd may fall back, see plan_bwd)
+  int tile_m = 0;         // > 0: bwd_tile_kernel, this many rows a tile (without dres: the partial count's)
 };
 
 // Ring kernel smem: bytes a stage (without / with dres) and besides the ring, by WRP kind (see
@@ -683,6 +797,30 @@ BwdKernel ring_ft(int threads, bool db, int wrp) {
   return threads == 512 ? ring_ft_t<T, 512>(db, wrp) : threads == 256 ? ring_ft_t<T, 256>(db, wrp) : ring_ft_t<T, 128>(db, wrp);
 }
 
+// Tile kernels. M rows a tile: as many (4, 2 or 1) as keep a tile's raw packets (dy, x, dres:
+// 4 registers a packet) within 64 registers, counting db's accumulators as 24, so that with
+// launch_bounds (256, 2) nothing spills (bf16 2K without db: M = 4, 128 registers, four
+// 128-thread CTAs an SM; M = 4 with db or dres spilled 100-600 bytes).
+template <typename T, typename X, bool DB, bool HD>
+constexpr int tile_m() {
+  constexpr int nv = kTileE * sizeof(T) / 16, xpp = sizeof(X) / sizeof(T);
+  constexpr int per_row = 4 * nv * (1 + xpp * (HD ? 2 : 1)), extra = DB ? 24 : 0;
+  return 4 * per_row + extra <= 64 ? 4 : 2 * per_row + extra <= 64 ? 2 : 1;
+}
+template <typename T, typename X, typename W>
+BwdKernel tile_for_w(bool db, bool hd) {
+  if (db) return hd ? bwd_tile_kernel<T, X, W, kTileE, tile_m<T, X, true, true>(), true, true>
+                    : bwd_tile_kernel<T, X, W, kTileE, tile_m<T, X, true, false>(), true, false>;
+  return hd ? bwd_tile_kernel<T, X, W, kTileE, tile_m<T, X, false, true>(), false, true>
+            : bwd_tile_kernel<T, X, W, kTileE, tile_m<T, X, false, false>(), false, false>;
+}
+template <typename T, typename X>
+BwdKernel tile_for(bool w_f32, bool db, bool hd) {
+  if constexpr (!std::is_same_v<T, float>)
+    if (w_f32) return tile_for_w<T, X, float>(db, hd);
+  return tile_for_w<T, X, T>(db, hd);
+}
+
 // Config table (NOTES.md). The plan (and so the number of partials) depends on the shape, dtypes,
 // whether db is wanted (its accumulators cost registers, so occupancy) and the device; never on
 // dres or the weight dtype.
@@ -691,6 +829,16 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
   Plan pl;
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
+  // Rows of 1K-4K: the tile kernel (see bwd_tile_kernel). Sized, like every plan, without dres
+  // and on the act-dtype weight kernel.
+  if (vector && cols > tune("KP_NORM_BWD_TILEMIN", 1024) && cols <= tune("KP_NORM_BWD_TILEMAX", 4096) &&
+      round_up(cdiv(cols, kTileE), 32) <= kTileMaxThreads && tune("KP_NORM_BWD_TILE", 1)) {
+    t.e = kTileE;
+    t.tpr = t.threads = round_up(cdiv(cols, kTileE), 32);
+    pl.tile_m = db ? tile_m<T, X, true, false>() : tile_m<T, X, false, false>();
+    pl.kernel = tile_for<T, X>(false, db, false);
+    return pl;
+  }
   // E: accumulator registers a thread. Rows up to 1024: warp teams (E 8 / 16 / 32) whose CTA
   // merges them into one partial; wider: CTAs with E = 32 (fewer, fuller threads amortize each
   // row's fixed cost: the reduction, the loop, the copies' address math), clusters beyond.
@@ -841,6 +989,7 @@ int64_t num_partials(const Plan& pl, int64_t rows, int device) {
   } else {
     g = int64_t{kp::device_info(device).sms} * std::max(1, kp::blocks_per_sm(k, device, pl.t.threads, pl.smem));
     if (!pl.t.multipass && pl.t.tpr <= 32) g = std::min(g, cdiv(rows, pl.t.tpc()));
+    if (pl.tile_m) g = std::min(g, cdiv(rows, pl.tile_m));
   }
   return std::max<int64_t>(1, std::min(g, rows));
 }
@@ -868,7 +1017,9 @@ void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
       kp::rows_aligned16(a.dx, a.dx_stride, sizeof(X)) && kp::rows_aligned16(a.w, 0, ws) &&
       kp::rows_aligned16(a.dw_partial, 0, 4) && kp::rows_aligned16(a.db_partial, 0, 4);
   Plan pl = plan_bwd<T, X>(a.cols, vector, db, device);
-  if (vector && !pl.t.multipass) {
+  if (pl.tile_m) {
+    pl.kernel = tile_for<T, X>(a.weight_dtype == kp::kF32, db, a.dres != nullptr);
+  } else if (vector && !pl.t.multipass) {
     const bool w_f32 = a.weight_dtype == kp::kF32;
     // A WRP plan falls back to the non-WRP kernel (same grid and smem, see plan_bwd) for fp32
     // weights of a 16-bit T, and when dres leaves fewer than the 2 stages its pipelined loop needs.
@@ -896,7 +1047,7 @@ void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
     }
   }
   int stages = pl.t.stages;
-  if (a.dres && vector && !pl.t.multipass) {  // a third stream: fewer stages in about the same smem
+  if (a.dres && vector && !pl.t.multipass && !pl.tile_m) {  // a third stream: fewer stages in about the same smem
     stages = std::max(1, static_cast<int>((pl.smem - pl.fixed) / pl.per_stage_dres));
     pl.smem = std::max(pl.merge, static_cast<size_t>(stages) * pl.per_stage_dres + pl.fixed);
   }

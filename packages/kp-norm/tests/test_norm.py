@@ -134,12 +134,13 @@ def test_forward_backward_match_oracle(level, kind, variant, dtype, shape, seed)
         kt.assert_matches_oracle(g, w, dtype=g.dtype, scale=scale if name in ("x", "residual") else 0.0, name=f"d{name}")
 
 
-@pytest.mark.parametrize("shape", [(1500, 16384), (600, 65536), (260, 262144)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("shape", [(5003, 3000), (1500, 16384), (600, 65536), (260, 262144)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("variant", ["plain", "residual"])
 @pytest.mark.parametrize("kind", ["rms", "layer"])
 def test_many_rows_per_persistent_team(level, kind, variant, shape, seed):
-    """The wide-row CUDA kernels are persistent: a team (CTA or cluster) takes row after row, and
-    the cluster's partial statistics cycle through double buffers and mbarrier phases. The shapes
+    """The CUDA backward and wide-row kernels are persistent: a team (CTA or cluster) takes row
+    after row (3000: tiles of rows, a partial tile at the end, a last chunk past the row), and the
+    cluster's partial statistics cycle through double buffers and mbarrier phases. The shapes
     above give each team several rows, which the small GPU shapes do not."""
     backend, device = level
     if backend != "cuda":

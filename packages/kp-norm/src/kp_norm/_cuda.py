@@ -72,8 +72,7 @@ def inference_fwd(x_dtype, w_dtype, b_dtype, device_index):
     stream = current_stream
     has_bias = b_dtype is not None
 
-    def run(x, w, b, eps, is_rms, weight_offset):
-        rows, cols = x.shape
+    def run(x, w, b, eps, is_rms, weight_offset, rows, cols):  # x: (rows, cols), contiguous
         y = torch.empty_like(x)
         if rows:
             launch(x.data_ptr(), cols, 0, 0, w.data_ptr(), b.data_ptr() if has_bias else 0,
