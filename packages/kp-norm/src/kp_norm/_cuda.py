@@ -68,16 +68,15 @@ def inference_fwd(x_dtype, w_dtype, b_dtype, device_index):
     """
     act = dtypes.CODES[x_dtype]
     wcode = dtypes.CODES[w_dtype]
-    launch = NATIVE.module.norm_fwd
+    launch = NATIVE.module.norm_fwd_rows
     stream = current_stream
     has_bias = b_dtype is not None
 
     def run(x, w, b, eps, is_rms, weight_offset, rows, cols):  # x: (rows, cols), contiguous
         y = torch.empty_like(x)
         if rows:
-            launch(x.data_ptr(), cols, 0, 0, w.data_ptr(), b.data_ptr() if has_bias else 0,
-                   y.data_ptr(), cols, 0, 0, 0, 0, rows, cols, act, wcode, act,
-                   eps, weight_offset, is_rms, device_index, stream(device_index))  # fmt: skip
+            launch(x.data_ptr(), w.data_ptr(), b.data_ptr() if has_bias else 0, y.data_ptr(), rows, cols,
+                   act, wcode, eps, weight_offset, is_rms, device_index, stream(device_index))  # fmt: skip
         return y
 
     return run
