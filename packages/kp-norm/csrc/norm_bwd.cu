@@ -5,7 +5,8 @@
 // fp32 partial row; col_sum.cu adds them. The rows of a partial are fixed by (rows, cols, dtypes,
 // whether db is wanted, device), so the result is deterministic. The main kernel stages dy, x (and dres, mean, rstd) of
 // the next rows in a per-thread cp.async ring, and re-reads the row from it for the second pass, so
-// its registers hold little besides the accumulators.
+// its registers hold little besides the accumulators. Rows of 1K-4K take the tile kernel instead:
+// M rows a tile straight into registers, one reduction a tile (plan_bwd).
 #include <algorithm>
 #include <string>
 #include <type_traits>
