@@ -542,7 +542,7 @@ __global__ void __launch_bounds__(kMaxThreads) bwd_direct_kernel(const BwdParams
 // in registers, not a cp.async ring: occupancy (several CTAs an SM) keeps DRAM busy while one CTA
 // reduces. w_eff lives in registers as fp32 for the whole kernel.
 // HD: dres is given (compile-time, so the no-dres kernel spends no registers on it).
-template <typename T, typename X, typename W, int E, int M, bool DB, bool HD>
+template <typename T, typename X, int E, int M, bool DB, bool HD>
 __global__ void __launch_bounds__(kTileMaxThreads, 2) bwd_tile_kernel(const BwdParams p) {
   using L = Lay<T, E, true>;
   constexpr int VEC = L::VEC, NV = L::NV;
@@ -550,21 +550,9 @@ __global__ void __launch_bounds__(kTileMaxThreads, 2) bwd_tile_kernel(const BwdP
   kp::allow_dependents();  // as bwd_ring_kernel
   const int tid = threadIdx.x, tpr = blockDim.x;
   const L lay{0, tid, tpr, p.cols};
-  float w[E];  // past the row: anything (dy is 0 there)
-  {
-    const W* wp = static_cast<const W*>(p.w);
+  float w[E];  // w_eff once (a run-time branch on the weight dtype, not a template: read once)
 #pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      if (p.has_w) {
-        lay.template load<W, Ld::RO>(wp, i, w + i * VEC, true);
-#pragma unroll
-        for (int q = 0; q < VEC; ++q) w[i * VEC + q] += p.w_off;
-      } else {
-#pragma unroll
-        for (int q = 0; q < VEC; ++q) w[i * VEC + q] = 1.f;
-      }
-    }
-  }
+  for (int i = 0; i < NV; ++i) load_w(lay, p, i, w + i * VEC, true);
   float aw[E], ab[DB ? E : 1];
 #pragma unroll
   for (int j = 0; j < E; ++j) aw[j] = 0.f;
@@ -808,18 +796,12 @@ constexpr int tile_m() {
   constexpr int per_row = 4 * nv * (1 + xpp * (HD ? 2 : 1)), extra = DB ? 24 : 0;
   return 4 * per_row + extra <= 64 ? 4 : 2 * per_row + extra <= 64 ? 2 : 1;
 }
-template <typename T, typename X, typename W>
-BwdKernel tile_for_w(bool db, bool hd) {
-  if (db) return hd ? bwd_tile_kernel<T, X, W, kTileE, tile_m<T, X, true, true>(), true, true>
-                    : bwd_tile_kernel<T, X, W, kTileE, tile_m<T, X, true, false>(), true, false>;
-  return hd ? bwd_tile_kernel<T, X, W, kTileE, tile_m<T, X, false, true>(), false, true>
-            : bwd_tile_kernel<T, X, W, kTileE, tile_m<T, X, false, false>(), false, false>;
-}
 template <typename T, typename X>
-BwdKernel tile_for(bool w_f32, bool db, bool hd) {
-  if constexpr (!std::is_same_v<T, float>)
-    if (w_f32) return tile_for_w<T, X, float>(db, hd);
-  return tile_for_w<T, X, T>(db, hd);
+BwdKernel tile_for(bool db, bool hd) {
+  if (db) return hd ? bwd_tile_kernel<T, X, kTileE, tile_m<T, X, true, true>(), true, true>
+                    : bwd_tile_kernel<T, X, kTileE, tile_m<T, X, true, false>(), true, false>;
+  return hd ? bwd_tile_kernel<T, X, kTileE, tile_m<T, X, false, true>(), false, true>
+            : bwd_tile_kernel<T, X, kTileE, tile_m<T, X, false, false>(), false, false>;
 }
 
 // Config table (NOTES.md). The plan (and so the number of partials) depends on the shape, dtypes,
@@ -830,14 +812,13 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
   Plan pl;
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
-  // Rows of 1K-4K: the tile kernel (see bwd_tile_kernel). Sized, like every plan, without dres
-  // and on the act-dtype weight kernel.
+  // Rows of 1K-4K: the tile kernel (see bwd_tile_kernel). Sized, like every plan, without dres.
   if (vector && cols > tune("KP_NORM_BWD_TILEMIN", 1024) && cols <= tune("KP_NORM_BWD_TILEMAX", 4096) &&
       round_up(cdiv(cols, kTileE), 32) <= kTileMaxThreads && tune("KP_NORM_BWD_TILE", 1)) {
     t.e = kTileE;
     t.tpr = t.threads = round_up(cdiv(cols, kTileE), 32);
     pl.tile_m = db ? tile_m<T, X, true, false>() : tile_m<T, X, false, false>();
-    pl.kernel = tile_for<T, X>(false, db, false);
+    pl.kernel = tile_for<T, X>(db, false);
     return pl;
   }
   // E: accumulator registers a thread. Rows up to 1024: warp teams (E 8 / 16 / 32) whose CTA
@@ -1019,7 +1000,7 @@ void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
       kp::rows_aligned16(a.dw_partial, 0, 4) && kp::rows_aligned16(a.db_partial, 0, 4);
   Plan pl = plan_bwd<T, X>(a.cols, vector, db, device);
   if (pl.tile_m) {
-    pl.kernel = tile_for<T, X>(a.weight_dtype == kp::kF32, db, a.dres != nullptr);
+    pl.kernel = tile_for<T, X>(db, a.dres != nullptr);
   } else if (vector && !pl.t.multipass) {
     const bool w_f32 = a.weight_dtype == kp::kF32;
     // A WRP plan falls back to the non-WRP kernel (same grid and smem, see plan_bwd) for fp32
