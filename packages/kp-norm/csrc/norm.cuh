@@ -48,6 +48,7 @@ const void* probe_kernel();  // a real kernel for check_device()
 // the row. tpr <= 32: several teams (warps or aligned sub-warps) share a CTA and reduce with
 // shuffles only; tpr > 32: the CTA is the team (block reduction).
 constexpr int kMaxThreads = 512;   // launch bound of the row kernels: up to 128 registers a thread
+constexpr int kMaxTwinThreads = 1024;  // the register-capped E = 16 twins (16K: 1024 x 16)
 constexpr int kWarpTeamCTA = 256;  // CTA size when rows share a CTA
 constexpr int kMaxCluster = 16;    // sm90 limit with cudaFuncAttributeNonPortableClusterSizeAllowed
 constexpr int kMultiThreads = 512; // CTA size of the multi-pass fallbacks
@@ -343,7 +344,8 @@ struct Geo {
 template <int FT = 0, int N>
 __device__ __forceinline__ void team_sum(float (&v)[N], int tpr, float* buf) {
   if (FT ? FT <= 32 : tpr <= 32) kp::warp_sum(v, FT ? FT : tpr);
-  else kp::block_sum<N, FT / 32>(v, buf);
+  else if constexpr (FT > 32) kp::block_sum_shfl<N, FT / 32>(v, buf);
+  else kp::block_sum<N>(v, buf);
 }
 
 // LayerNorm statistics over a compile-time-geometry team (FT threads, n values of the row each): a
@@ -352,6 +354,8 @@ __device__ __forceinline__ void team_sum(float (&v)[N], int tpr, float* buf) {
 // M2. Merged pairs always hold equal counts, so a merge is mean = (ma + mb) / 2 and
 // M2 = M2a + M2b + (mb - ma)^2 n / 2 (n: the count of one side). Each step is symmetric in a and b
 // ((-d)^2 == d^2, IEEE addition commutes), so every lane ends with bit-identical statistics.
+// Across warps, each lane takes one warp's pair (lane % NW) and the lanes merge up a butterfly: the
+// same tree as merging the NW pairs pairwise in every thread, in 2 registers instead of 2 * NW.
 // `buf`: __shared__, 8-byte aligned, FT / 32 float2.
 __device__ __forceinline__ void chan_pair(float& mean, float& m2, float om, float oq, float n) {
   const float d = om - mean;
@@ -368,15 +372,12 @@ __device__ __forceinline__ void team_mean_m2(float& mean, float& m2, float n, fl
     constexpr int NW = FT / 32;
     if ((threadIdx.x & 31) == 0) buf[threadIdx.x >> 5] = make_float2(mean, m2);
     __syncthreads();
-    float2 v[NW];
+    const float2 v = buf[threadIdx.x & (NW - 1)];
+    mean = v.x;
+    m2 = v.y;
 #pragma unroll
-    for (int w = 0; w < NW; ++w) v[w] = buf[w];
-#pragma unroll
-    for (int s = 1; s < NW; s <<= 1, n *= 2.f)  // the same fixed tree in every thread
-#pragma unroll
-      for (int w = 0; w < NW; w += 2 * s) chan_pair(v[w].x, v[w].y, v[w + s].x, v[w + s].y, n);
-    mean = v[0].x;
-    m2 = v[0].y;
+    for (int o = 1; o < NW; o <<= 1, n *= 2.f)
+      chan_pair(mean, m2, __shfl_xor_sync(0xffffffffu, mean, o), __shfl_xor_sync(0xffffffffu, m2, o), n);
   }
 }
 

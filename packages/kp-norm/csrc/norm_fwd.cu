@@ -417,12 +417,13 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
 // at once when they fit next to the row's packets in the 64 registers that two 512-thread CTAs an
 // SM allow (RMSNorm, 16-bit weights); otherwise one chunk ahead. Vector path only. HW / HB: the
 // weight / bias exist (compile-time, so the output loop has no branches).
-template <typename T, typename W, int NV, int RAWH, bool RMS>
+// LIMIT: packets (row + affine) that may be live at once; a register-capped twin passes fewer.
+template <typename T, typename W, int NV, int RAWH, bool RMS, int LIMIT = 8>
 struct AffinePrefetch {
   static constexpr int VEC = 16 / sizeof(T);
   static constexpr int WPP = VEC * static_cast<int>(sizeof(W)) / 16;  // packets a chunk
   static constexpr int PN = kp::Packet<W>::N;
-  static constexpr int kAhead = (RAWH + NV * WPP * (RMS ? 1 : 2)) <= 8 ? NV : 1;
+  static constexpr int kAhead = (RAWH + NV * WPP * (RMS ? 1 : 2)) <= LIMIT ? NV : 1;
   uint4 w[NV * WPP], b[RMS ? 1 : NV * WPP];
 
   template <bool HW, bool HB, typename L>
@@ -480,7 +481,7 @@ __device__ __forceinline__ void write_rows_vec(const Raw& h, Aff& aff, const L& 
 // from shifts instead of run-time divisions (which each CTA, living for one row, paid before
 // its first load), chunk offsets are immediates, no chunk has a bounds check, and the block
 // reduction's loop over warps unrolls.
-template <typename T, typename W, typename H, int E, bool VECTOR, bool RES, bool RMS, int FT, int POL>
+template <typename T, typename W, typename H, int E, bool VECTOR, bool RES, bool RMS, int FT, int POL, int CAP>
 __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32], kp::ClusterExchange& cx) {
   using L = Lay<T, E, VECTOR, FT>;
   constexpr int VEC = L::VEC, NV = L::NV;
@@ -529,7 +530,7 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
   // and M2 and merge those in one reduction (team_mean_m2). Each pass decodes the packets again. The first
   // weight chunks are fetched just before the last barrier, so they land while it waits.
   // (The scalar path loads weights chunk by chunk as it writes: no prefetch state.)
-  using Aff = std::conditional_t<VECTOR, AffinePrefetch<T, W, NV, NV * (VEC * static_cast<int>(sizeof(H)) / 16), RMS>,
+  using Aff = std::conditional_t<VECTOR, AffinePrefetch<T, W, NV, NV * (VEC * static_cast<int>(sizeof(H)) / 16), RMS, CAP && CAP <= 40 ? 4 : 8>,
                                  std::nullptr_t>;
   Aff aff;
   auto fetch_first = [&] {
@@ -624,8 +625,16 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
 template <typename T, typename W, bool RES>
 constexpr int kDirectMinBlocks = sizeof(T) == 2 && sizeof(W) == 2 && !RES ? 2 : 1;
 
-template <typename T, typename W, int E, bool VECTOR, bool RES, bool RMS, int FT = 0, int POL = kFwdPol>
-__global__ void __launch_bounds__(kMaxThreads, (kDirectMinBlocks<T, W, RES>)) fwd_direct_kernel(const FwdParams p) {
+// CAP > 0 (the CTA-team twins, FT > 32): at most CAP registers a thread, so that 64K / (FT x CAP)
+// CTAs fit an SM (see kTwinCap). FT = 1024 needs one (no default bound admits 1024 threads).
+template <int FT, int CAP>
+constexpr int kDirectBoundThreads = CAP && FT > 32 ? FT : kMaxThreads;
+template <int FT, int CAP, typename T, typename W, bool RES>
+constexpr int kDirectBoundBlocks = CAP && FT > 32 ? 65536 / (FT * CAP) : kDirectMinBlocks<T, W, RES>;
+
+template <typename T, typename W, int E, bool VECTOR, bool RES, bool RMS, int FT = 0, int POL = kFwdPol, int CAP = 0>
+__global__ void __launch_bounds__((kDirectBoundThreads<FT, CAP>), (kDirectBoundBlocks<FT, CAP, T, W, RES>))
+    fwd_direct_kernel(const FwdParams p) {
   __shared__ __align__(16) float red[2][32];  // float2 views in team_mean_m2
   __shared__ kp::ClusterExchange cx;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -633,10 +642,10 @@ __global__ void __launch_bounds__(kMaxThreads, (kDirectMinBlocks<T, W, RES>)) fw
   if (!FT && p.csize > 1) cx.init(p.csize);
 #endif
   if constexpr (RES) {
-    if (p.res_f32) direct_body<T, W, float, E, VECTOR, true, RMS, FT, POL>(p, red, cx);
-    else direct_body<T, W, T, E, VECTOR, true, RMS, FT, POL>(p, red, cx);
+    if (p.res_f32) direct_body<T, W, float, E, VECTOR, true, RMS, FT, POL, CAP>(p, red, cx);
+    else direct_body<T, W, T, E, VECTOR, true, RMS, FT, POL, CAP>(p, red, cx);
   } else {
-    direct_body<T, W, T, E, VECTOR, false, RMS, FT, POL>(p, red, cx);
+    direct_body<T, W, T, E, VECTOR, false, RMS, FT, POL, CAP>(p, red, cx);
   }
 }
 
@@ -798,20 +807,56 @@ FwdKernel direct_for(int e, bool vector, bool w_f32, bool res, bool rms) {
   return rms ? direct_for_r<T, false, true>(e, vector, w_f32) : direct_for_r<T, false, false>(e, vector, w_f32);
 }
 // The direct kernel's compile-time-geometry twins (no residual, 16-bit x and weights): E = 32 for
-// hidden 1K (a warp a row), 2K, 4K, 8K and 16K (a CTA of hidden / 32 threads); E = 16 for 1K-8K
-// (a CTA of hidden / 16 threads; plan_direct uses them for RMSNorm to 4K, LayerNorm to 2K).
-template <typename T, int E, int FT, int POL>
+// hidden 1K (a warp a row), 2K, 4K, 8K and 16K (a CTA of hidden / 32 threads); E = 16 for 1K-16K
+// (a CTA of hidden / 16 threads, up to 1024; plan_direct says where).
+// Register caps of the E = 16 twins (0: the default bound, 64 registers at 2 x 512 threads). Fewer
+// registers fit more CTAs an SM, so more rows are in flight. H100, % of copy against the E = 32
+// twin (NOTES.md "Session 11"): RMSNorm 8K 98.6 -> 99.0 (40: 3 CTAs of 512), 16K 98.8 -> 99.1
+// (32: 2 of 1024); LayerNorm 4K 98.2 -> 99.2 (48: 5 of 256), 8K 98.2 -> 98.9 (40). LayerNorm at
+// 32 registers spills (16K: 92), so its 16K stays E = 32.
+constexpr int kTwinCap(int e, int ft, bool rms) {
+  if (e != 16) return 0;
+  switch (ft) {
+    case 1024: return 32;
+    case 512: return 40;
+    case 256: return rms ? 0 : 48;
+    default: return 0;
+  }
+}
+// LayerNorm has no 1024-thread twin (nullptr: plan_direct then takes the multi-pass kernel; its
+// plan never asks for one).
+template <typename T, int E, int FT, int POL, int CAPR = kTwinCap(E, FT, true), int CAPL = kTwinCap(E, FT, false)>
 FwdKernel direct_ft_t(bool rms) {
-  return rms ? fwd_direct_kernel<T, T, E, true, false, true, FT, POL> : fwd_direct_kernel<T, T, E, true, false, false, FT, POL>;
+  if constexpr (FT > kMaxThreads) return rms ? fwd_direct_kernel<T, T, E, true, false, true, FT, POL, CAPR> : nullptr;
+  else
+    return rms ? fwd_direct_kernel<T, T, E, true, false, true, FT, POL, CAPR>
+               : fwd_direct_kernel<T, T, E, true, false, false, FT, POL, CAPL>;
+}
+// Tuning builds: `KP_NORM_FWD_CAP` (0, 48, 40, 32) overrides kTwinCap for the bf16 E = 16 twins.
+template <typename T, int FT, int POL>
+FwdKernel direct_e16(bool rms) {
+#ifdef KP_NORM_TUNING
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && POL == kFwdPol) {
+    switch (tune("KP_NORM_FWD_CAP", -1)) {
+      case 0: if constexpr (FT <= kMaxThreads) return direct_ft_t<T, 16, FT, POL, 0, 0>(rms); else break;
+      case 48: return direct_ft_t<T, 16, FT, POL, 48, 48>(rms);
+      case 40: return direct_ft_t<T, 16, FT, POL, 40, 40>(rms);
+      case 32: return direct_ft_t<T, 16, FT, POL, 32, 32>(rms);
+      default: break;
+    }
+  }
+#endif
+  return direct_ft_t<T, 16, FT, POL>(rms);
 }
 template <typename T, int POL>
 FwdKernel direct_ft_p(int tpr, int e, bool rms) {
   if (e == 16) {
     switch (tpr) {
-      case 64: return direct_ft_t<T, 16, 64, POL>(rms);
-      case 128: return direct_ft_t<T, 16, 128, POL>(rms);
-      case 256: return direct_ft_t<T, 16, 256, POL>(rms);
-      case 512: return direct_ft_t<T, 16, 512, POL>(rms);
+      case 64: return direct_e16<T, 64, POL>(rms);
+      case 128: return direct_e16<T, 128, POL>(rms);
+      case 256: return direct_e16<T, 256, POL>(rms);
+      case 512: return direct_e16<T, 512, POL>(rms);
+      case 1024: return direct_e16<T, 1024, POL>(rms);
       default: return nullptr;
     }
   }
@@ -926,9 +971,20 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
   // the threads a row, as compile-time-geometry twins) measured 0.1-0.9 points of copy faster than
   // 32; wider, they lost 1.5-10 points (H100, NOTES.md "Session 8"). On the H200 LayerNorm 2K
   // with 16 lost 4 points (93.5 vs 97.6) and 1K tied: there LayerNorm takes 16 at 1K only.
-  const int ln_e16max = tune("KP_NORM_FWD_LNE16MAX", fast_dram(dev.mem_gbps, dev.sms) ? 1024 : 2048);
-  const int e_row =
-      sizeof(T) == 2 && !res && cols > 512 && cols <= (rms ? tune("KP_NORM_FWD_RMSE16MAX", 4096) : ln_e16max) ? 16 : 32;
+  // From 4K up, E = 16 only as a register-capped twin (kTwinCap: 256 threads at 4K, 512 at 8K, 1024
+  // at 16K), up to the twin maxima below: measured on the H100 only (NOTES.md "Session 11"), so
+  // GPUs with faster DRAM an SM keep E = 32 there.
+  const bool twin_shape = sizeof(T) == 2 && vector && !res && !w_f32 && cols >= 4096 && cols % 16 == 0 &&
+                          cols / 16 <= kMaxTwinThreads && ((cols / 16) & (cols / 16 - 1)) == 0;
+  const bool fast = fast_dram(dev.mem_gbps, dev.sms);
+  const int ln_e16max = tune("KP_NORM_FWD_LNE16MAX", fast ? 1024 : 2048);
+  const int e16_twin_max = rms ? tune("KP_NORM_FWD_RMSE16TWINMAX", fast ? 0 : 16384)
+                               : tune("KP_NORM_FWD_LNE16TWINMAX", fast ? 0 : 8192);
+  const bool e16_twin = twin_shape && cols <= e16_twin_max && tune("KP_NORM_FWD_DFT", 1);
+  const int e_row = sizeof(T) == 2 && !res && cols > 512 &&
+                            (cols <= (rms ? tune("KP_NORM_FWD_RMSE16MAX", 4096) : ln_e16max) || e16_twin)
+                        ? 16
+                        : 32;
   const int emax = vector ? std::min(e_row, tune("KP_NORM_FWD_EMAX", 32)) : 8;
   if (cols <= 32 * emax) {  // warp / sub-warp teams, several rows per CTA
     t.e = !vector || cols <= 256 ? 8 : cols <= 512 ? std::min(16, emax) : emax;
@@ -936,7 +992,8 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
     t.threads = kWarpTeamCTA;
   } else {
     t.e = emax;
-    t.csize = static_cast<int>(cdiv(cols, std::min<int64_t>(int64_t{kMaxThreads} * t.e, tune("KP_NORM_FWD_DCPC", 1 << 30))));
+    const int maxthr = e16_twin && t.e == 16 ? kMaxTwinThreads : kMaxThreads;
+    t.csize = static_cast<int>(cdiv(cols, std::min<int64_t>(int64_t{maxthr} * t.e, tune("KP_NORM_FWD_DCPC", 1 << 30))));
     if (t.csize > 1 && (dev.major < 9 || t.csize > kMaxCluster)) t.multipass = true;
     t.tpr = round_up(cdiv(cols, static_cast<int64_t>(t.csize) * t.e), 32);
     t.threads = t.tpr;
@@ -947,8 +1004,11 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
     // drops the divisions, offsets and bounds checks, so it needs no more registers).
     if constexpr (sizeof(T) == 2)
       if (vector && !res && !w_f32 && (t.e == 32 || t.e == 16) && t.csize == 1 && int64_t{t.tpr} * t.e == cols &&
-          (t.tpr & (t.tpr - 1)) == 0 && t.tpr >= 32 && t.tpr <= kMaxThreads && tune("KP_NORM_FWD_DFT", 1))
+          (t.tpr & (t.tpr - 1)) == 0 && t.tpr >= 32 && t.tpr <= (t.e == 16 ? kMaxTwinThreads : kMaxThreads) &&
+          tune("KP_NORM_FWD_DFT", 1))
         if (FwdKernel ft = direct_ft<T>(t.tpr, t.e, rms)) pl.kernel = ft;
+    // Only a twin launches more than kMaxThreads (e16_twin implies every condition above).
+    if (t.threads > kMaxThreads && pl.kernel == direct_for<T>(t.e, vector, w_f32, res, rms)) t.multipass = true;
     if (t.csize > 1 && kp::max_active_clusters(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0, t.csize) < 1)
       t.multipass = true;
     else

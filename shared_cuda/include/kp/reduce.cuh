@@ -53,6 +53,24 @@ template <int N, int NW = 0> __device__ __forceinline__ void block_sum(float (&v
   }
 }
 
+// block_sum for a compile-time NW warps that keeps registers low: after the barrier each lane
+// reads one warp's partial (lane % NW) and the NW lanes of a group sum them up a shuffle butterfly,
+// so a thread holds N floats instead of the N * NW that block_sum's final loop loads at once (a
+// 1024-thread CTA under a 32-register cap would spill them). Same buffer contract as block_sum.
+template <int N, int NW> __device__ __forceinline__ void block_sum_shfl(float (&v)[N], float* buf) {
+  static_assert(NW >= 1 && NW <= 32 && (NW & (NW - 1)) == 0, "a power-of-two warp count");
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  warp_sum(v);
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) buf[warp * N + k] = v[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = buf[(lane & (NW - 1)) * N + k];
+  warp_sum(v, NW);
+}
+
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // ---- thread-block clusters (sm90): distributed shared memory ------------------------------------
 // Split barrier: arrive (release: my earlier smem writes become visible) ... wait (acquire). Every
