@@ -814,7 +814,7 @@ FwdKernel direct_for(int e, bool vector, bool w_f32, bool res, bool rms) {
 // twin (NOTES.md "Session 11"): RMSNorm 8K 98.6 -> 99.0 (40: 3 CTAs of 512), 16K 98.8 -> 99.1
 // (32: 2 of 1024); LayerNorm 4K 98.2 -> 99.2 (48: 5 of 256), 8K 98.2 -> 98.9 (40). LayerNorm at
 // 32 registers spills (16K: 92), so its 16K stays E = 32.
-constexpr int kTwinCap(int e, int ft, bool rms) {
+[[maybe_unused]] constexpr int kTwinCap(int e, int ft, bool rms) {  // (used only in template defaults)
   if (e != 16) return 0;
   switch (ft) {
     case 1024: return 32;

@@ -25,18 +25,24 @@ __device__ __forceinline__ float warp_sum(float v, int width = 32) {
   return a[0];
 }
 
+// The first half of a block reduction: each warp's sum of its N floats into buf[warp * N + k],
+// then the one barrier after which every thread may read all the warps' partials.
+template <int N> __device__ __forceinline__ void warp_partials_to_smem(float (&v)[N], float* buf) {
+  warp_sum(v);
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) buf[(threadIdx.x >> 5) * N + k] = v[k];
+  }
+  __syncthreads();
+}
+
 // Sum of N floats over the whole block (blockDim.x a multiple of 32). `buf` is __shared__
 // float[32 * N]. One __syncthreads: callers alternate two buffers between consecutive reductions,
 // since a thread reaching reduction k+2 implies every thread has finished reading reduction k.
 // NW > 0: the block has NW warps (compile-time: the final loop unrolls into vector smem reads).
 template <int N, int NW = 0> __device__ __forceinline__ void block_sum(float (&v)[N], float* buf) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = NW ? NW : blockDim.x >> 5;
-  warp_sum(v);
-  if (lane == 0) {
-#pragma unroll
-    for (int k = 0; k < N; ++k) buf[warp * N + k] = v[k];
-  }
-  __syncthreads();
+  const int nw = NW ? NW : blockDim.x >> 5;
+  warp_partials_to_smem(v, buf);
 #pragma unroll
   for (int k = 0; k < N; ++k) v[k] = 0.f;
   if constexpr (NW > 0) {
@@ -59,13 +65,8 @@ template <int N, int NW = 0> __device__ __forceinline__ void block_sum(float (&v
 // 1024-thread CTA under a 32-register cap would spill them). Same buffer contract as block_sum.
 template <int N, int NW> __device__ __forceinline__ void block_sum_shfl(float (&v)[N], float* buf) {
   static_assert(NW >= 1 && NW <= 32 && (NW & (NW - 1)) == 0, "a power-of-two warp count");
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  warp_sum(v);
-  if (lane == 0) {
-#pragma unroll
-    for (int k = 0; k < N; ++k) buf[warp * N + k] = v[k];
-  }
-  __syncthreads();
+  warp_partials_to_smem(v, buf);
+  const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int k = 0; k < N; ++k) v[k] = buf[(lane & (NW - 1)) * N + k];
   warp_sum(v, NW);
