@@ -10,6 +10,9 @@ if not torch.cuda.is_available():
 
 from kp_norm.norm import _triton_importable  # noqa: E402
 
+# kp's markers, options and seed fixture: opt-in, so installing kp never changes another project's tests.
+pytest_plugins = ("kp_core.testing.pytest_plugin",)
+
 
 def available_levels() -> list:
     """(backend, device) pairs this machine can run."""

@@ -78,50 +78,6 @@ def test_backend_precedence(monkeypatch, seed):
     assert seen == [expected_auto, "reference", "reference"]
 
 
-# --- modules ---------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("affine", [True, False])
-def test_rmsnorm_module_loads_torch_state_dict(affine, seed):
-    ref = torch.nn.RMSNorm((3, 8), eps=1e-6, elementwise_affine=affine)
-    if affine:
-        ref.weight.data = _x(seed, (3, 8))
-    ours = kp_norm.RMSNorm((3, 8), eps=1e-6, elementwise_affine=affine)
-    ours.load_state_dict(ref.state_dict())
-    x = _x(seed + 1, (5, 3, 8))
-    kt.assert_matches_oracle(ours(x), ref.double()(x.double()), dtype=torch.float32)
-
-
-@pytest.mark.parametrize("bias", [True, False])
-def test_layernorm_module_loads_torch_state_dict(bias, seed):
-    ref = torch.nn.LayerNorm(8, bias=bias)
-    ref.weight.data = _x(seed, (8,))
-    if bias:
-        ref.bias.data = _x(seed + 2, (8,))
-    ours = kp_norm.LayerNorm.from_torch(ref)
-    assert set(ours.state_dict()) == set(ref.state_dict())
-    x = _x(seed + 1, (5, 8))
-    kt.assert_matches_oracle(ours(x), ref.double()(x.double()), dtype=torch.float32)
-    y, h = ours(x, x)  # the fused form
-    kt.assert_matches_oracle(h, 2 * x.double(), dtype=torch.float32)
-
-
-def test_replace_norms_swaps_every_norm(seed):
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Sequential(torch.nn.RMSNorm(8)))
-    x = _x(seed, (2, 8))
-    want = model(x)
-    kp_norm.replace_norms(model)
-    assert isinstance(model[1], kp_norm.LayerNorm) and isinstance(model[2][0], kp_norm.RMSNorm)
-    torch.testing.assert_close(model(x), want)
-
-
-def test_gemma_offset_module_starts_as_identity_transform(seed):
-    m = kp_norm.RMSNorm(8, weight_offset=1.0)
-    assert torch.all(m.weight == 0)
-    x = _x(seed, (3, 8))
-    kt.assert_matches_oracle(m(x), F.rms_norm(x.double(), (8,)), dtype=torch.float32)
-
-
 # --- torch.library, torch.compile, CUDA graphs ----------------------------------------------
 
 

@@ -71,6 +71,12 @@ using FuncKey = std::tuple<const void*, int, int, size_t, int>;  // func, device
 inline std::mutex& cache_mu() { static std::mutex m; return m; }
 inline std::map<FuncKey, int>& cache() { static std::map<FuncKey, int> c; return c; }
 
+// Without an opt-in a launch may use 48 KB of smem, static and dynamic together: a kernel with
+// 1.5 KB of static smem and exactly 48 KB of dynamic smem fails with cudaErrorInvalidValue (the
+// 16-bit backward at hidden <= 256 did, from 0.2.0 to 0.2.9). kp kernels keep their static smem
+// under 16 KB, so every launch of more than 32 KB of dynamic smem opts in.
+constexpr size_t kOptInAbove = 32 * 1024;
+
 // Opt the kernel into what the launch needs, once per (kernel, device): the largest dynamic smem
 // the device allows (the attribute is one value per kernel, so it is set to the maximum rather than
 // to each launch's size), and clusters above the portable 8 CTAs (sm90 allows 16 with
@@ -80,7 +86,7 @@ inline void prepare(const void* func, int device, size_t smem, int cluster) {
   auto it = cache().find(key);
   const int done = it == cache().end() ? 0 : it->second;  // bit 1: smem opted in, bit 2: 16-CTA clusters
   int want = done;
-  if (smem > 48 * 1024 && !(done & 1)) {
+  if (smem > kOptInAbove && !(done & 1)) {
     int optin = 0;
     cudaFuncAttributes fa;
     KP_CHECK_CUDA(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
@@ -149,7 +155,7 @@ namespace detail {
 template <typename... KArgs, typename... Args>
 inline void launch_ex(void (*kernel)(KArgs...), int device, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                       int cluster, bool pdl, Args&&... args) {
-  if (smem > 48 * 1024 || cluster > 8) {  // only these need a one-time attribute; skip the lock otherwise
+  if (smem > kOptInAbove || cluster > 8) {  // only these need a one-time attribute; skip the lock otherwise
     std::lock_guard<std::mutex> lock(cache_mu());
     prepare(reinterpret_cast<const void*>(kernel), device, smem, cluster);
   }

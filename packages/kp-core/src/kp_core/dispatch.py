@@ -7,19 +7,18 @@ Order of precedence: the call's `backend=` argument, the innermost `use_backend(
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
-import threading
 from typing import Callable, Iterator, Mapping, Optional
 
 BACKENDS = ("auto", "cuda", "triton", "reference")
 # `auto` tries these in order.
 AUTO_ORDER = ("cuda", "triton", "reference")
 
-# threading.local (not a ContextVar): dynamo can trace attribute reads of it, so the choice made
-# under torch.compile is the same one eager would make. The importing thread gets its stack now:
-# a getattr that misses raises and catches AttributeError inside, 0.3 us on every call.
-_local = threading.local()
-_local.stack = []
+# The `use_backend` stack: a context variable, so threads and interleaved asyncio tasks each see
+# their own blocks. Dynamo cannot trace ContextVar.get: under torch.compile, packages resolve the
+# request inside a constant-result function, which dynamo runs once at trace time.
+_stack: contextvars.ContextVar = contextvars.ContextVar("kp_backend", default=())
 
 
 def _env_reader(name: str) -> Callable[[], Optional[str]]:
@@ -72,22 +71,22 @@ def _validate(name: str) -> str:
 
 @contextlib.contextmanager
 def use_backend(name: str) -> Iterator[None]:
-    """Force a backend for every kp call inside the block (per thread)."""
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    stack.append(_validate(name))
+    """Force a backend for every kp call inside the block (per thread and per asyncio task).
+
+    Under torch.compile the backend is read when a function is traced: a graph compiled outside
+    the block is not recompiled inside it (call torch._dynamo.reset(), or pass `backend=`)."""
+    token = _stack.set(_stack.get() + (_validate(name),))
     try:
         yield
     finally:
-        stack.pop()
+        _stack.reset(token)
 
 
 def requested_backend(explicit: Optional[str] = None) -> str:
     """The backend asked for, before checking what can serve: argument > context > env > auto."""
     if explicit is not None:
         return _validate(explicit)
-    stack = getattr(_local, "stack", None)
+    stack = _stack.get()
     if stack:
         return stack[-1]
     env = _backend_env()

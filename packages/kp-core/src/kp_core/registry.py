@@ -65,3 +65,26 @@ def _raw_stream_getter():
 
 current_stream = _raw_stream_getter()
 """current_stream(device_index) -> int: torch's current CUDA stream handle, cheaply."""
+
+
+def once_differentiable(grads: tuple, what: str) -> tuple:
+    """Gradients computed by a backward with no derivative of its own, under create_graph=True.
+
+    They come back attached to a node that raises when differentiated again: a second-order
+    gradient (a gradient penalty, a Hessian-vector product) fails with a clear error instead of
+    silently leaving out the terms that flow through this backward. torch's `once_differentiable`
+    only looks at the incoming gradients, which in a gradient penalty (`autograd.grad(y.sum(), x,
+    create_graph=True)`) do not require grad, so it would let exactly that case through.
+    """
+    tensors = [g for g in grads if g is not None]
+    if not tensors:
+        return grads
+    message = (
+        f"{what} computes first derivatives only: double backward (create_graph=True followed by "
+        f"another backward) is not supported. Use backend='reference' (plain PyTorch autograd) for "
+        f"higher-order gradients."
+    )
+    delayed = torch._C._functions.DelayedError(message.encode(), len(tensors))
+    out = delayed(*[g.detach().requires_grad_(True) for g in tensors])
+    wrapped = iter((out,) if isinstance(out, torch.Tensor) else out)
+    return tuple(None if g is None else next(wrapped) for g in grads)

@@ -12,7 +12,8 @@ import os
 from typing import Optional
 
 import torch
-from kp_core import Selector, registry, requested_backend
+import torch.autograd.forward_ad as _forward_ad
+from kp_core import BackendUnavailable, Selector, registry, requested_backend
 from kp_core.dtypes import FLOATING
 
 from . import _cuda, reference
@@ -51,8 +52,31 @@ _select = Selector("kp_norm", _SUPPORTS)
 
 
 @registry.constant_result
-def _backend_for(requested, device_type, device_index, dtype, weight_dtype, residual_dtype) -> str:
-    return _select(requested, device_type, device_index, dtype, weight_dtype, residual_dtype)
+def _traced_backend(backend, device_type, device_index, dtype, weight_dtype, residual_dtype) -> str:
+    """The backend of a call under torch.compile, resolved once at trace time.
+
+    The request (argument, `use_backend` context variable, KP_BACKEND) is read here, where dynamo
+    runs the function instead of tracing it (it cannot trace a ContextVar). An error comes back as
+    text: raised inside a constant-result function it would reach the user as an internal dynamo
+    error; `_raise_traced` raises it from traced code instead."""
+    try:
+        return _select(requested_backend(backend), device_type, device_index, dtype, weight_dtype, residual_dtype)
+    except (ValueError, BackendUnavailable) as e:
+        return f"!{type(e).__name__}!{e}"
+
+
+def _raise_traced(answer: str):
+    _, kind, text = answer.split("!", 2)
+    raise (BackendUnavailable if kind == "BackendUnavailable" else ValueError)(text)
+
+
+def _transforms_active() -> bool:
+    """Forward-mode AD or a torch.func transform (jvp, vmap, grad) is active: the Triton and CUDA
+    levels are autograd.Functions with a backward only, so only the reference level serves."""
+    return _forward_ad._current_level >= 0 or _functorch_level() is not None
+
+
+_functorch_level = torch._C._functorch.maybe_current_level
 
 
 def _fwd_impl(backend: str):
@@ -92,7 +116,17 @@ def _or_empty(t: Optional[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
     return like.new_empty(_EMPTY) if t is None else t
 
 
+def _op_residual(x, residual, residual_dtype):
+    """The op's residual, of dtype `residual_dtype` (None: torch's promotion of x and residual, as
+    the public functions default to), so every implementation and the fake agree on it."""
+    if residual is None:
+        return None, None
+    residual_dtype = residual_dtype or torch.promote_types(x.dtype, residual.dtype)
+    return (residual if residual.dtype == residual_dtype else residual.to(residual_dtype)), residual_dtype
+
+
 def _op_fwd(x, residual, weight, bias, eps, is_rms, weight_offset, residual_dtype, save_stats, backend):
+    residual, residual_dtype = _op_residual(x, residual, residual_dtype)
     y, res_out, mean, rstd = _fwd_impl(backend)(
         x, residual, weight, bias, eps, is_rms, weight_offset, residual_dtype, save_stats
     )
@@ -100,6 +134,7 @@ def _op_fwd(x, residual, weight, bias, eps, is_rms, weight_offset, residual_dtyp
 
 
 def _op_fwd_fake(x, residual, weight, bias, eps, is_rms, weight_offset, residual_dtype, save_stats, backend):
+    residual_dtype = residual_dtype or (None if residual is None else torch.promote_types(x.dtype, residual.dtype))
     rows = x.shape[0]
     y = torch.empty_like(x, memory_format=torch.contiguous_format)
     res_out = x.new_empty(_EMPTY) if residual is None else x.new_empty(x.shape, dtype=residual_dtype)
@@ -143,12 +178,20 @@ def _backward_with(bwd, ctx, dy, dres):
     need_dw, need_db = ctx.needs
     if dy is None:  # only the residual output was used downstream
         dy = torch.zeros(normalized.shape, dtype=x_dtype, device=normalized.device)
-    dy = dy.contiguous() if dy.stride(-1) != 1 else dy
-    if dres is not None and dres.stride(-1) != 1:
-        dres = dres.contiguous()
-    dh, dw, db = bwd(dy, normalized, dres if fused else None, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db, backend)
-    dx = dh if dh.dtype == x_dtype else dh.to(x_dtype)
-    return dx, (dh if fused else None), (dw if need_dw else None), (db if need_db else None), None, None, None, None, None, None
+    # Gradients often arrive expanded (the backward of a sum is a stride-0 view of ones).
+    dy = _as_rows(dy, dy.shape[1])
+    if dres is not None:
+        dres = _as_rows(dres, dres.shape[1])
+    twice = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (dy, dres, normalized, weight)
+    )  # fmt: skip
+    with torch.no_grad():
+        dh, dw, db = bwd(dy, normalized, dres if fused else None, weight, mean, rstd, is_rms, weight_offset, need_dw, need_db, backend)
+        dx = dh if dh.dtype == x_dtype else dh.to(x_dtype)
+    grads = (dx, (dh if fused else None), (dw if need_dw else None), (db if need_db else None))
+    if twice:  # create_graph=True: these gradients carry a node that refuses a second differentiation
+        grads = registry.once_differentiable(grads, f"kp_norm: the {backend} backend")
+    return (*grads, None, None, None, None, None, None)
 
 
 def _op_backward(ctx, dy, dres, dmean, drstd):
@@ -219,10 +262,15 @@ def _check_param(name: str, t: Optional[torch.Tensor], x: torch.Tensor, shape, o
 
 
 def _as_rows(t: torch.Tensor, cols: int) -> torch.Tensor:
-    """[..., *normalized] -> [rows, cols] with a unit last stride (a view when possible)."""
+    """[..., *normalized] -> [rows, cols] with a unit last stride and rows that do not overlap (a
+    view when possible). Expanded (stride-0) and overlapping rows are copied: the kernels take one
+    row stride of at least a row."""
     # Rows already: no view, so no ViewBackward node for the engine to run in every backward.
     t2 = t if t.dim() == 2 and t.shape[1] == cols else t.reshape(-1, cols)
-    return t2 if t2.stride(-1) == 1 or t2.shape[0] == 0 else t2.contiguous()
+    rows = t2.shape[0]
+    if rows == 0 or (t2.stride(1) == 1 or cols == 1) and (rows == 1 or t2.stride(0) >= cols):
+        return t2
+    return t2.contiguous()
 
 
 def norm(
@@ -239,6 +287,7 @@ def norm(
     normalized_ndim: Optional[int] = None,
 ):
     """Validate, flatten to rows, pick the backend, run. Returns (y, residual_out or None)."""
+    given = (weight, bias, weight_offset)  # as passed: a narrow residual_dtype re-enters with them
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{op}: x must be a tensor, got {type(x).__name__}")
     if x.dtype not in FLOATING:
@@ -272,11 +321,14 @@ def norm(
             raise ValueError(f"{op}: x is on {x.device} but residual is on {residual.device}")
         if residual.shape != x.shape:
             raise ValueError(f"{op}: residual has shape {tuple(residual.shape)}, x has {tuple(x.shape)}")
+        promoted = torch.promote_types(x.dtype, residual.dtype)
         if residual_dtype is None:
-            residual_dtype = torch.promote_types(x.dtype, residual.dtype)
+            residual_dtype = promoted
         elif residual_dtype not in FLOATING:
             raise TypeError(f"{op}: residual_dtype must be float32, float16 or bfloat16, got {residual_dtype}")
-        if residual.dtype != residual_dtype:
+        if torch.promote_types(promoted, residual_dtype) != residual_dtype:
+            return _narrow_residual(op, x, residual, given, eps, is_rms, residual_dtype, promoted, backend, nd)
+        if residual.dtype != residual_dtype:  # widening: exact
             residual = residual.to(residual_dtype)
         residual = _as_rows(residual, cols)
     else:
@@ -284,35 +336,70 @@ def norm(
 
     x2 = _as_rows(x, cols)
     dev = x.device
-    name = _backend_for(
-        requested_backend(backend), dev.type, dev.index, x.dtype,
-        weight.dtype if weight is not None else None, residual_dtype,
-    )  # fmt: skip
+    w_dtype = weight.dtype if weight is not None else None
     grad = torch.is_grad_enabled() and (
         x.requires_grad
         or (residual is not None and residual.requires_grad)
         or (weight is not None and weight.requires_grad)
         or (bias is not None and bias.requires_grad)
     )
-    args = (x2, residual, weight, bias, float(eps), is_rms, float(weight_offset), residual_dtype, grad, name)
     if registry.is_compiling():
+        name = _traced_backend(backend, dev.type, dev.index, x.dtype, w_dtype, residual_dtype)
+        if name[0] == "!":
+            _raise_traced(name)
+        args = (x2, residual, weight, bias, float(eps), is_rms, float(weight_offset), residual_dtype, grad, name)
         y, res_out, _, _ = NORM_FWD(*args)
         res_out = res_out if residual is not None else None
-    elif grad:
-        y, res_out, _, _ = _NormFunction.apply(*args)
     else:
-        y, res_out, _, _ = _fwd_impl(name)(*args[:-1])
+        requested = requested_backend(backend)
+        if _transforms_active():
+            if requested not in ("auto", "reference"):
+                raise BackendUnavailable(
+                    f"{op}: backend {requested!r} cannot serve this call: forward-mode AD and torch.func "
+                    f"transforms need backend='reference' (the {requested} level defines a backward only)"
+                )
+            name = "reference"
+        else:
+            name = _select(requested, dev.type, dev.index, x.dtype, w_dtype, residual_dtype)
+        args = (x2, residual, weight, bias, float(eps), is_rms, float(weight_offset), residual_dtype, grad)
+        if grad and name != "reference":
+            if residual is None and x2.is_inference():  # saved for backward: must be a normal tensor
+                x2 = x2.clone()
+            if weight is not None and weight.is_inference():
+                weight = weight.clone()
+            args = (x2, residual, weight) + args[3:]
+            y, res_out, _, _ = _NormFunction.apply(*args, name)
+        else:
+            # The reference level is plain PyTorch: autograd differentiates it to any order, in
+            # forward mode too, and saves what it needs itself.
+            y, res_out, _, _ = _fwd_impl(name)(*args[:-1], False)
     if y.shape != x.shape:
         y = y.view(x.shape)
         res_out = res_out.view(x.shape) if res_out is not None else None
     return y, res_out
 
 
+def _narrow_residual(op, x, residual, given, eps, is_rms, residual_dtype, promoted, backend, nd):
+    """residual_dtype narrower than x + residual: add at the promoted precision and round once,
+    exactly as the unfused `(x + residual).to(residual_dtype)`, then normalize that. (Rounding the
+    residual first and adding in residual_dtype would round twice.) A rare configuration: one
+    extra pass over memory."""
+    h = (x.to(promoted) + residual.to(promoted)).to(residual_dtype)
+    # Normalized at a precision that holds both h and the output dtype, so y is rounded once.
+    inner = h if h.dtype == x.dtype else h.to(torch.promote_types(h.dtype, x.dtype))
+    weight, bias, weight_offset = given
+    y, _ = norm(op, inner, None, weight, bias, eps, is_rms, weight_offset, None, backend, nd)
+    return (y if y.dtype == x.dtype else y.to(x.dtype)), h
+
+
 # ---------------------------------------------------------------------------------------------
 # The eager inference fast path
 
 # (backend asked for, is_rms, x dtype, x device, hidden, weight dtype, weight device, weight shape,
-#  bias dtype or None) -> a runner of contiguous rows, or False where the general path must serve.
+#  bias (dtype, device, shape) or None) -> a runner of contiguous rows, or False where the general
+# path must serve. The runner skips every check the general path makes, so every fact those checks
+# read is in the key: a bias of another shape or device must miss and be checked (it once hit and
+# read out of bounds).
 _FAST: dict = {}
 
 
@@ -340,7 +427,7 @@ def _fast_forward(x, weight, bias, eps, is_rms, weight_offset, backend):
     ~0.05-0.1 us: the checks are ordered so the common case reads each attribute once (x.shape
     serves the rank, the hidden size and the launcher's rows), and grad mode is only asked about
     when a tensor requires grad."""
-    if type(x) is not torch.Tensor or type(weight) is not torch.Tensor or registry.is_compiling():
+    if type(x) is not torch.Tensor or type(weight) is not torch.Tensor or registry.is_compiling() or _transforms_active():
         return None
     if bias is not None and (type(bias) is not torch.Tensor or not bias.is_contiguous()):
         return None
@@ -352,7 +439,7 @@ def _fast_forward(x, weight, bias, eps, is_rms, weight_offset, backend):
     cols = shape[-1]
     requested = requested_backend(backend)
     key = (requested, is_rms, x.dtype, x.device, cols, weight.dtype, weight.device, weight.shape,
-           None if bias is None else bias.dtype)  # fmt: skip
+           None if bias is None else (bias.dtype, bias.device, bias.shape))  # fmt: skip
     run = _FAST.get(key)
     if run is None:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 
 def norm_fwd(
@@ -25,20 +26,34 @@ def norm_fwd(
     acc: torch.dtype = torch.float32,
     out_dtype: Optional[torch.dtype] = None,
 ):
-    """x, residual: [M, N]; weight, bias: [N]. Returns (y, residual_out, mean, rstd)."""
+    """x, residual: [M, N]; weight, bias: [N]. Returns (y, residual_out, mean, rstd).
+
+    Where torch's own op computes this very function (no statistics wanted, fp32 math, output,
+    weight and bias of x's dtype, no offset), the backends' reference *is* that op: several times
+    faster than the formula on CPU, where `auto` runs this level, and as accurate.
+    """
     residual_out = None
     if residual is not None:
         residual_out = (x.to(acc) + residual.to(acc)).to(residual_dtype)
-        h = residual_out.to(acc)
-    else:
-        h = x.to(acc)
+    if not save_stats and acc == torch.float32 and out_dtype is None and _torch_op_serves(x, residual_out, weight, bias, weight_offset, is_rms):
+        h = x if residual_out is None else residual_out
+        shape = (h.shape[-1],)
+        y = F.rms_norm(h, shape, weight, eps) if is_rms else F.layer_norm(h, shape, weight, bias, eps)
+        return y, residual_out, None, None
+    h = x.to(acc) if residual_out is None else residual_out.to(acc)
     mean = None
     if is_rms:
         rstd = torch.rsqrt(h.square().mean(-1) + eps)
         xhat = h * rstd[:, None]
     else:
+        # Two passes: the mean of what the first mean left over corrects it. Rows whose mean is
+        # large against their spread (1e4 against 1e-3) otherwise lose every digit of the
+        # centered values to the rounding of the mean.
         mean = h.mean(-1)
         centered = h - mean[:, None]
+        shift = centered.mean(-1)
+        centered = centered - shift[:, None]
+        mean = mean + shift
         rstd = torch.rsqrt(centered.square().mean(-1) + eps)
         xhat = centered * rstd[:, None]
     y = xhat
@@ -50,6 +65,19 @@ def norm_fwd(
     if not save_stats:
         mean = rstd = None
     return y, residual_out, mean, rstd
+
+
+def _torch_op_serves(x, residual_out, weight, bias, weight_offset, is_rms) -> bool:
+    same = x.dtype
+    return (
+        weight_offset == 0
+        # A one-column LayerNorm is all cancellation (x_hat = 0, y = bias): torch's kernel leaves
+        # rounding residue in x_hat and so in dw, the formula gives exact zeros.
+        and (is_rms or x.shape[-1] > 1)
+        and (residual_out is None or residual_out.dtype == same)
+        and (weight is None or weight.dtype == same)
+        and (bias is None or bias.dtype == same)
+    )
 
 
 def norm_bwd(

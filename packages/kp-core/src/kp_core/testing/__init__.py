@@ -5,7 +5,7 @@
 * inputs: `randn` (fresh, seeded, never zeros), `poisoned` outputs, `row_strided` / `column_major`
   views, `shapes_2d` with empty, odd and prime sizes;
 * PyTorch integration: `opcheck`, `compiled` (fullgraph), `graph_captured`;
-* pytest: markers gpu / large / slow / distributed and the `seed` fixture (the plugin loads itself).
+* pytest: markers gpu / large / slow / distributed and the `seed` fixture (opt-in: `pytest_plugins = ("kp_core.testing.pytest_plugin",)` in a conftest).
 """
 from .inputs import (
     ODD_SIZES,

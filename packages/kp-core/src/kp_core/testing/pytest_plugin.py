@@ -1,4 +1,8 @@
-"""pytest plugin loaded through kp-core's `pytest11` entry point: markers, options, seeds."""
+"""pytest plugin of kp packages' tests: markers, options, seeds.
+
+Opt-in: a test suite loads it with `pytest_plugins = ("kp_core.testing.pytest_plugin",)` in its conftest.py
+(or `-p kp_core.testing.pytest_plugin`). It is not registered as a global pytest11 plugin, so installing
+kp never changes how another project's tests run."""
 from __future__ import annotations
 
 import os
