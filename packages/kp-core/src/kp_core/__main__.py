@@ -1,4 +1,5 @@
-"""`python -m kp_core`: the environment, and which backend each installed kp package would use."""
+"""`python -m kp_core`: the environment, which backend each installed kp package would use, and the
+patchers `kp_core.patch(model)` would run."""
 from __future__ import annotations
 
 import importlib.metadata as md
@@ -6,7 +7,7 @@ import platform
 
 import torch
 
-from . import __version__, native
+from . import __version__, native, patching
 
 
 def _installed_packages() -> list:
@@ -59,6 +60,9 @@ def main() -> None:
             lines = [f"backends: cannot describe ({type(e).__name__}: {e})"]
         for line in lines:
             print(f"  {line}")
+    patchers = patching.registered()
+    listed = ", ".join(f"{n} ({v})" for n, v in patchers) if patchers else "no patchers registered"
+    print(f"\nkp_core.patch runs: {listed}")
 
 
 if __name__ == "__main__":
