@@ -41,7 +41,7 @@ KNOWN = {
         LLAMA,
     ),
     **_classes("Gemma Gemma2 Gemma3 T5Gemma VaultGemma RecurrentGemma Qwen3Next Qwen3_5", GEMMA),
-    **_classes("Olmo2 Olmo3 FlexOlmo GptOss Helium Moshi NemotronH Gemma3n", FP32),
+    **_classes("Olmo2 Olmo3 FlexOlmo GptOss Helium Moshi Gemma3n", FP32),
 }
 
 EPS_NAMES = ("variance_epsilon", "eps", "epsilon")

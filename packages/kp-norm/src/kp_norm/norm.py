@@ -361,13 +361,13 @@ def norm(
             name = "reference"
         else:
             name = _select(requested, dev.type, dev.index, x.dtype, w_dtype, residual_dtype)
-        args = (x2, residual, weight, bias, float(eps), is_rms, float(weight_offset), residual_dtype, grad)
-        if grad and name != "reference":
-            if residual is None and x2.is_inference():  # saved for backward: must be a normal tensor
+        if grad:  # what autograd saves must be a normal tensor (torch's CUDA rms_norm saves x too)
+            if x2.is_inference():
                 x2 = x2.clone()
             if weight is not None and weight.is_inference():
                 weight = weight.clone()
-            args = (x2, residual, weight) + args[3:]
+        args = (x2, residual, weight, bias, float(eps), is_rms, float(weight_offset), residual_dtype, grad)
+        if grad and name != "reference":
             y, res_out, _, _ = _NormFunction.apply(*args, name)
         else:
             # The reference level is plain PyTorch: autograd differentiates it to any order, in

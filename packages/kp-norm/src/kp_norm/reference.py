@@ -71,9 +71,12 @@ def _torch_op_serves(x, residual_out, weight, bias, weight_offset, is_rms) -> bo
     same = x.dtype
     return (
         weight_offset == 0
-        # A one-column LayerNorm is all cancellation (x_hat = 0, y = bias): torch's kernel leaves
-        # rounding residue in x_hat and so in dw, the formula gives exact zeros.
-        and (is_rms or x.shape[-1] > 1)
+        # LayerNorm only in fp32 and over more than one column. torch's CPU LayerNorm of 16-bit
+        # rows with a large mean against their spread loses what the two-pass formula keeps
+        # (fuzzed: fp16 rows of mean 3000, std 10: dw 3e-2 off, dx 4-70%; a constant bf16 row gave
+        # -0.05 for 0). A one-column LayerNorm is all cancellation (x_hat = 0, y = bias): torch
+        # leaves rounding residue in x_hat and so in dw, the formula gives exact zeros.
+        and (is_rms or (same == torch.float32 and x.shape[-1] > 1))
         and (residual_out is None or residual_out.dtype == same)
         and (weight is None or weight.dtype == same)
         and (bias is None or bias.dtype == same)
