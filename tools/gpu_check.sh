@@ -2,7 +2,7 @@
 # Build, test, sanitize and benchmark every kp package on a GPU machine with no network, using the
 # torch, triton, cmake, pybind11 and scikit-build-core already installed there.
 #
-#   tools/gpu_check.sh [build] [test] [large] [sanitize] [bench] [all]     (default: all)
+#   tools/gpu_check.sh [build] [test] [large] [sanitize] [fuzz] [hf] [bench] [all]     (default: all)
 #
 # Environment: KP_CUDA_ARCHS (default: this GPU's arch only, for a quick build; "80;86;89;90a"
 # for the release set), KP_OUT (logs and results; default ./.gpu-check), KP_BENCH_ARGS (passed to
@@ -67,6 +67,32 @@ if want sanitize; then
     done
   done
   unset PYTORCH_NO_CUDA_MEMORY_CACHING
+fi
+if want fuzz; then
+  # KP_FUZZ_EXAMPLES (default 10000) drawn cases a GPU level, in KP_FUZZ_SHARDS processes a level
+  # with their own seeds (hypothesis runs one example at a time; the GPU is far from busy).
+  n=${KP_FUZZ_EXAMPLES:-10000} shards=${KP_FUZZ_SHARDS:-4}
+  echo "== fuzz: $n examples a level ($shards shards each)"
+  for lvl in cuda-cuda triton-cuda reference-cuda; do
+    for ((s = 0; s < shards; s++)); do
+      (cd /tmp && KP_FUZZ_EXAMPLES=$(( (n + shards - 1) / shards )) KP_FUZZ_SEED=$s KP_FUZZ_KEEP_GOING=1 KP_FUZZ_SHRINK=0 \
+        KP_FUZZ_REPORT="$OUT/fuzz.jsonl" $PY -m pytest -q -rP -p no:cacheprovider -k "fuzz_against and $lvl" \
+        "$ROOT/packages/kp-norm/tests/test_fuzz.py" > "$OUT/fuzz-$lvl-$s.log" 2>&1; echo "fuzz $lvl shard $s: rc=$?") &
+    done
+  done
+  wait
+  $PY - "$OUT/fuzz.jsonl" <<'PY'
+import collections, json, sys
+tot = collections.Counter(); bad = collections.Counter()
+for line in open(sys.argv[1]):
+    r = json.loads(line); tot[r["level"]] += r["examples"]; bad[r["level"]] += r["failed"]
+for lvl in sorted(tot):
+    print(f"fuzz {lvl}: {tot[lvl]} examples, {bad[lvl]} failed")
+PY
+fi
+if want hf; then
+  echo "== Hugging Face models through kp_core.patch (hf_rounding=True)"
+  $PY "$ROOT/tools/hf_acceptance.py" 2>&1 | tee "$OUT/hf.log"
 fi
 if want bench; then
   echo "== benchmarks"
