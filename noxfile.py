@@ -44,7 +44,8 @@ def _install_kp(session: nox.Session) -> None:
 def test(session: nox.Session, torch_version: str) -> None:
     """Install and test every package. CPU: reference, Triton interpreter, API; GPU: all levels."""
     _install_torch(session, torch_version)
-    session.install("pytest>=8", "pytest-xdist", "numpy")
+    # hypothesis: kp-norm's fuzz test; transformers: tiny Hugging Face models for kp_core.patch.
+    session.install("pytest>=8", "pytest-xdist", "numpy", "hypothesis", "transformers")
     if not session.posargs or "--no-triton" not in session.posargs:
         session.install("triton")
     _install_kp(session)
