@@ -60,6 +60,7 @@ from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 from kp_core import BackendUnavailable
 from kp_core import testing as kt
+from kp_core.testing.oracle import TORCH_RATIO_EPS
 
 import kp_norm
 from kp_norm import reference
@@ -529,6 +530,27 @@ class Oracle:
                 return F.rms_norm(h, case.norm_shape, w, _eps(case))
             return F.layer_norm(h, case.norm_shape, w, b, _eps(case))
 
+    def torch_grads(self, args, dy) -> dict:
+        """torch's own gradients where its op computes the same function (no offset, one dtype, not
+        x aliasing the weight; fused ops: the parameters' only, which depend on h alone)."""
+        case = self.case
+        if dy is None or self.torch_out(args) is None or case.x_layout == "weight-alias":
+            return {}
+        x, _, w, b = args
+        leaf = lambda t: None if t is None else t.detach().clone().requires_grad_(True)  # noqa: E731
+        h = self.h_lp.detach() if case.fused else leaf(x)
+        w, b = leaf(w), leaf(b)
+        if case.fused and w is None and b is None:
+            return {}
+        with torch.enable_grad():
+            if case.is_rms:
+                y = F.rms_norm(h, case.norm_shape, w, _eps(case))
+            else:
+                y = F.layer_norm(h, case.norm_shape, w, b, _eps(case))
+            named = {k: v for k, v in (("x", None if case.fused else h), ("weight", w), ("bias", b)) if v is not None}
+            got = torch.autograd.grad(y, list(named.values()), dy, allow_unused=True)
+        return {k: g for k, g in zip(named, got) if g is not None}
+
     def grads(self, dy, dres):
         """float64 gradients of every leaf (None where unused) for the given output gradients."""
         outs, gouts = [], []
@@ -632,12 +654,19 @@ class Checker:
         assert tuple(y.shape) == case.shape, f"{label}: y has shape {tuple(y.shape)}, x has {case.shape}"
         assert y.dtype == case.x_dtype, f"{label}: y is {y.dtype}, x is {case.x_dtype}"
         assert y.device == x.device, f"{label}: y is on {y.device}, x on {x.device}"
-        # Rows whose conditioning widens the bound are judged by it alone: there torch's own error
-        # (a third of 2^-24 x kappa, say) and Triton's (one kappa) are both what fp32 allows.
-        conditioned = oracle.bound(case.x_dtype) > _bound(case.x_dtype)
+        # Rows whose conditioning widens the bound are judged by it, or by torch's own error where
+        # torch's op computes the same function (kp may be as far off as 2x torch there): torch's
+        # error is a third of 2^-24 x kappa on some rows, Triton's one kappa, both what fp32
+        # allows; and torch's fp32 CPU LayerNorm of two columns at mean 7e3, spread 1e-2 and eps
+        # 1e-12 is 15x past the kappa bound (fuzzed), which kp is not asked to beat.
+        bound = oracle.bound(case.x_dtype)
+        torch_y = oracle.torch_out(torch_args)
+        conditioned = bound > _bound(case.x_dtype)
+        if conditioned and torch_y is not None:
+            bound = max(bound, 2 * kt.rel_error(torch_y, oracle.y, oracle.y_scale()) + TORCH_RATIO_EPS[case.x_dtype])
         kt.assert_matches_oracle(
-            y, oracle.y, dtype=case.x_dtype, name=f"{label}: y", bound=oracle.bound(case.x_dtype),
-            torch_out=None if conditioned else oracle.torch_out(torch_args), scale=oracle.y_scale(),
+            y, oracle.y, dtype=case.x_dtype, name=f"{label}: y", bound=bound,
+            torch_out=None if conditioned else torch_y, scale=oracle.y_scale(),
         )  # fmt: skip
         if case.fused:
             assert isinstance(h, torch.Tensor), f"{label}: the residual output is {type(h).__name__}"
@@ -683,6 +712,9 @@ class Checker:
             got = torch.autograd.grad([o for o, _ in pairs], [leaves[n] for n in names], [g for _, g in pairs], allow_unused=True)
         scale = oracle.term_scale(dy)
         rd = _residual_dtype(case)
+        # Ill-conditioned LayerNorm rows: as for y, kp may be as far off as 2x torch's own gradients.
+        conditioned = oracle.bound(case.x_dtype) > _bound(case.x_dtype)
+        torch_g = oracle.torch_grads((x, r, w, b), dy) if conditioned else {}
         for name, g in zip(names, got):
             leaf = leaves[name]
             ref = want.get(name)
@@ -697,10 +729,11 @@ class Checker:
             # torch's unfused code; the weight's too when x is the weight.
             through_h = case.fused and (name in ("x", "residual") or case.x_layout == "weight-alias")
             dx_like = name in ("x", "residual") or (name == "weight" and case.x_layout == "weight-alias")
-            kt.assert_matches_oracle(
-                g, ref, dtype=leaf.dtype, bound=oracle.bound(leaf.dtype, rd if through_h else None),
-                scale=scale if dx_like else 0.0, name=f"d{name}",
-            )  # fmt: skip
+            bound = oracle.bound(leaf.dtype, rd if through_h else None)
+            if name in torch_g:
+                torch_err = kt.rel_error(torch_g[name], ref, scale if dx_like else 0.0)
+                bound = max(bound, 2 * torch_err + TORCH_RATIO_EPS[leaf.dtype])
+            kt.assert_matches_oracle(g, ref, dtype=leaf.dtype, bound=bound, scale=scale if dx_like else 0.0, name=f"d{name}")
 
     def bad_sequence(self):
         """good call, bad call, good call: a wrong weight or bias right after a good call of the
