@@ -427,7 +427,9 @@ def _fast_forward(x, weight, bias, eps, is_rms, weight_offset, backend):
     ~0.05-0.1 us: the checks are ordered so the common case reads each attribute once (x.shape
     serves the rank, the hidden size and the launcher's rows), and grad mode is only asked about
     when a tensor requires grad."""
-    if type(x) is not torch.Tensor or type(weight) is not torch.Tensor or registry.is_compiling() or _transforms_active():
+    if type(x) is not torch.Tensor or type(weight) is not torch.Tensor or registry.is_compiling():
+        return None
+    if _forward_ad._current_level >= 0 or _functorch_level() is not None:  # _transforms_active(), inlined
         return None
     if bias is not None and (type(bias) is not torch.Tensor or not bias.is_contiguous()):
         return None
