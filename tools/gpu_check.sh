@@ -71,23 +71,27 @@ fi
 if want fuzz; then
   # KP_FUZZ_EXAMPLES (default 10000) drawn cases a GPU level, in KP_FUZZ_SHARDS processes a level
   # with their own seeds (hypothesis runs one example at a time; the GPU is far from busy).
-  n=${KP_FUZZ_EXAMPLES:-10000} shards=${KP_FUZZ_SHARDS:-4}
-  echo "== fuzz: $n examples a level ($shards shards each)"
-  for lvl in cuda-cuda triton-cuda reference-cuda; do
-    for ((s = 0; s < shards; s++)); do
+  # KP_FUZZ_SEED_BASE: the first shard's seed (a second campaign draws new cases with another base);
+  # KP_FUZZ_SECONDS: each shard stops checking after that long and reports what it ran;
+  # KP_FUZZ_LEVELS: the levels (default "cuda-cuda triton-cuda reference-cuda").
+  n=${KP_FUZZ_EXAMPLES:-10000} shards=${KP_FUZZ_SHARDS:-4} base=${KP_FUZZ_SEED_BASE:-0}
+  echo "== fuzz: $n examples a level ($shards shards each, seeds from $base)"
+  for lvl in ${KP_FUZZ_LEVELS:-cuda-cuda triton-cuda reference-cuda}; do
+    for ((s = base; s < base + shards; s++)); do
       (cd /tmp && KP_FUZZ_EXAMPLES=$(( (n + shards - 1) / shards )) KP_FUZZ_SEED=$s KP_FUZZ_KEEP_GOING=1 KP_FUZZ_SHRINK=0 \
         KP_FUZZ_REPORT="$OUT/fuzz.jsonl" $PY -m pytest -q -rP -p no:cacheprovider -k "fuzz_against and $lvl" \
         "$ROOT/packages/kp-norm/tests/test_fuzz.py" > "$OUT/fuzz-$lvl-$s.log" 2>&1; echo "fuzz $lvl shard $s: rc=$?") &
     done
   done
   wait
+  for f in "$OUT"/fuzz-*-*.log; do echo "=== $f"; cat "$f"; done > "$OUT/fuzz.log" && rm -f "$OUT"/fuzz-*-*.log
   $PY - "$OUT/fuzz.jsonl" <<'PY'
 import collections, json, sys
-tot = collections.Counter(); bad = collections.Counter()
+tot = collections.Counter(); bad = collections.Counter(); runs = collections.Counter()
 for line in open(sys.argv[1]):
-    r = json.loads(line); tot[r["level"]] += r["examples"]; bad[r["level"]] += r["failed"]
+    r = json.loads(line); tot[r["level"]] += r["examples"]; bad[r["level"]] += r["failed"]; runs[r["level"]] += 1
 for lvl in sorted(tot):
-    print(f"fuzz {lvl}: {tot[lvl]} examples, {bad[lvl]} failed")
+    print(f"fuzz {lvl}: {tot[lvl]} examples in {runs[lvl]} shards, {bad[lvl]} failed")
 PY
 fi
 if want hf; then
