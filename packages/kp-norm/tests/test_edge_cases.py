@@ -12,6 +12,7 @@ from kp_core.dispatch import requested_backend
 
 import kp_norm
 from kp_norm import norm as norm_mod
+from kp_norm import ops
 from kp_norm import reference
 
 
@@ -192,9 +193,9 @@ def test_registered_op_defaults_residual_dtype_to_promotion(level, seed):
     r = _x(seed + 1, (5, 33), device=device)  # fp32
     w = _x(seed + 2, (33,), device=device)
     args = (x, r, w, None, 1e-5, True, 0.0, None, False, backend)
-    _, h, _, _ = norm_mod.NORM_FWD(*args)
+    _, h, _, _ = ops.NORM_FWD(*args)
     assert h.dtype == torch.promote_types(x.dtype, r.dtype)
-    kt.opcheck(norm_mod.NORM_FWD, args)
+    kt.opcheck(ops.NORM_FWD, args)
 
 
 # --- accuracy and speed of the reference on CPU ------------------------------------------------

@@ -6,6 +6,7 @@ from kp_core import BackendUnavailable, testing as kt, use_backend
 
 import kp_norm
 from kp_norm import norm as norm_mod
+from kp_norm import ops
 
 
 def _x(seed, shape=(4, 8), dtype=torch.float32, device="cpu"):
@@ -57,13 +58,13 @@ def test_forced_backend_that_cannot_serve_raises(seed):
 
 def test_backend_precedence(monkeypatch, seed):
     seen = []
-    real = norm_mod._fwd_impl
+    real = norm_mod.LEVELS.impl
 
-    def spy(name):
+    def spy(name, function):
         seen.append(name)
-        return real(name)
+        return real(name, function)
 
-    monkeypatch.setattr(norm_mod, "_fwd_impl", spy)
+    monkeypatch.setattr(norm_mod.LEVELS, "impl", spy)
     x = _x(seed)
     with torch.no_grad():
         kp_norm.rms_norm(x)
@@ -95,12 +96,12 @@ def _op_args(level, seed, residual):
 def test_opcheck(level, is_rms, residual, seed):
     x, r, w, b, backend = _op_args(level, seed, residual)
     fwd_args = (x, r, w, None if is_rms else b, 1e-5, is_rms, 0.0, torch.float32 if residual else None, True, backend)
-    kt.opcheck(norm_mod.NORM_FWD, fwd_args)
+    kt.opcheck(ops.NORM_FWD, fwd_args)
     with torch.no_grad():  # norm_bwd has no derivative of its own (no double backward)
-        _, _, mean, rstd = norm_mod.NORM_FWD(*fwd_args)
+        _, _, mean, rstd = ops.NORM_FWD(*fwd_args)
     dy = torch.randn_like(x)
     bwd_args = (dy, x.detach(), dy if residual else None, w.detach(), None if is_rms else mean, rstd, is_rms, 0.0, True, not is_rms, backend)
-    kt.opcheck(norm_mod.NORM_BWD, bwd_args)
+    kt.opcheck(ops.NORM_BWD, bwd_args)
 
 
 @pytest.mark.parametrize("residual", [False, True])
@@ -140,9 +141,9 @@ def test_bwd_op_without_weight_gives_db_in_dy_dtype(level, seed):
     backend, device = level
     x = _x(seed, (6, 40), device=device)
     with torch.no_grad():
-        _, _, mean, rstd = norm_mod.NORM_FWD(x, None, None, None, 1e-5, False, 0.0, None, True, backend)
+        _, _, mean, rstd = ops.NORM_FWD(x, None, None, None, 1e-5, False, 0.0, None, True, backend)
     dy = _x(seed + 1, (6, 40), device=device)
-    dx, dw, db = norm_mod.NORM_BWD(dy, x, None, None, mean, rstd, False, 0.0, True, True, backend)
+    dx, dw, db = ops.NORM_BWD(dy, x, None, None, mean, rstd, False, 0.0, True, True, backend)
     assert dw.numel() == 0 and db.dtype == dy.dtype
     kt.assert_matches_oracle(db, dy.double().sum(0), name="db")
 

@@ -62,3 +62,16 @@ def load(package: str) -> NativeStatus:
         ptx=list(mod.ptx_archs()),
         cuda_runtime=int(mod.cuda_runtime_version()),
     )
+
+
+# The native boundary: kernels take raw pointers and strides (no libtorch in the extension).
+
+
+def ptr(t) -> int:
+    """A tensor's data pointer, 0 for an absent (None) one."""
+    return 0 if t is None else t.data_ptr()
+
+
+def row_stride(t) -> int:
+    """The row stride of a [rows, cols] tensor, 0 for an absent (None) one."""
+    return 0 if t is None else t.stride(0)

@@ -1,6 +1,6 @@
-"""Registering kp ops with torch.library at low cost per eager call.
+"""Registering kp ops with torch.library at low cost per eager call (kp_core.op builds on it).
 
-The pattern every package follows (see kp_norm/norm.py):
+The pattern every package follows (kp_core.op.AutogradOp; kp_norm/ops.py uses it):
   * one `torch.library` op per kernel family, with a fake impl, so torch.compile(fullgraph=True)
     sees no graph break, CUDA graphs capture it, and `torch.library.opcheck` passes;
   * the public function calls the backend implementation *directly* in eager mode: going through

@@ -5,6 +5,7 @@ from typing import Optional
 
 import torch
 from kp_core import dtypes, load_native
+from kp_core.native import ptr as _ptr, row_stride as _stride
 from kp_core.registry import current_stream
 
 NATIVE = load_native("kp_norm")
@@ -24,14 +25,6 @@ def supports(forced: bool, device_type: str, device_index, dtype, weight_dtype, 
 def _kernel_weight(w: Optional[torch.Tensor], act: torch.dtype) -> Optional[torch.Tensor]:
     # The kernels read weights of the activation dtype or fp32; anything else is widened once here.
     return w if w is None or w.dtype in (act, _F32) else w.float()
-
-
-def _ptr(t: Optional[torch.Tensor]) -> int:
-    return 0 if t is None else t.data_ptr()
-
-
-def _stride(t: Optional[torch.Tensor]) -> int:
-    return 0 if t is None else t.stride(0)
 
 
 def norm_fwd(x, residual, weight, bias, eps, is_rms, weight_offset, residual_dtype, save_stats):

@@ -70,18 +70,14 @@ class _Norm(nn.Module):
         """Normalize x; with `residual`, normalize x + residual and return (out, x + residual)."""
         self._check_shape(x)
         op = self._op if residual is None else f"fused_add_{self._op}"
+        spec = dict(is_rms=self._is_rms, residual_dtype=residual_dtype, backend=self.backend,
+                    normalized_ndim=len(self.normalized_shape))  # fmt: skip
         if self.rounding == "once" or self.weight is None:
-            y, res_out = norm(
-                op, x, residual, self.weight, self.bias, self.eps, self._is_rms, self.weight_offset,
-                residual_dtype, self.backend, len(self.normalized_shape),
-            )  # fmt: skip
+            y, res_out = norm(op, x, residual, self.weight, self.bias, self.eps, weight_offset=self.weight_offset, **spec)
         else:
             # Llama order: the weightless norm rounds x̂ once to x's dtype; torch then applies the
             # weight (and bias) with its own promotion and rounding, exactly as the HF code does.
-            y, res_out = norm(
-                op, x, residual, None, None, self.eps, self._is_rms, 0.0,
-                residual_dtype, self.backend, len(self.normalized_shape),
-            )  # fmt: skip
+            y, res_out = norm(op, x, residual, None, None, self.eps, **spec)
             y = self.weight * y
             if self.bias is not None:
                 y = y + self.bias
