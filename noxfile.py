@@ -17,7 +17,7 @@ from pathlib import Path
 import nox
 
 ROOT = Path(__file__).parent
-PACKAGES = ["kp-core", "kp-norm"]  # kp-core first: every kernel package depends on it
+PACKAGES = [l.strip() for l in (ROOT / "packages.txt").read_text().splitlines() if l.strip() and not l.startswith("#")]
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 TORCH = os.environ.get("KP_TORCH", "2.13.0").split(",")
 

@@ -9,13 +9,13 @@
 # every bench script, e.g. "--quick"), KP_WHEELS (a folder of extra wheels to install first, e.g.
 # liger-kernel for the competitor columns).
 # KP_GIT_REV: the revision the reports should name, when this machine's .git is a stale copy.
-# No build on the device: put a kp-norm wheel built on the CPU machine (see tools/ab_wheels.sh)
+# No build on the device: put a kp-norm wheel built on the CPU machine (see packages/kp-norm/tools/ab_wheels.sh)
 # into KP_WHEELS and leave out `build`; kp-core (pure Python) is then installed from the tree.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${KP_OUT:-$ROOT/.gpu-check}
 PY=${PYTHON:-python3}
-PACKAGES=(kp-core kp-norm)
+mapfile -t PACKAGES < <(grep -E '^[a-z]' "$ROOT/packages.txt")
 steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(all)
 want() { for s in "${steps[@]}"; do [ "$s" = "$1" ] || [ "$s" = all ] && return 0; done; return 1; }
 mkdir -p "$OUT"
@@ -60,7 +60,7 @@ if want sanitize; then
   export PYTORCH_NO_CUDA_MEMORY_CACHING=1   # one cudaMalloc per tensor: out-of-bounds is visible
   for tool in memcheck racecheck; do
     for p in "${PACKAGES[@]}"; do
-      script="$ROOT/packages/$p/tests/sanitize_${p#kp-}.py"
+      script="$ROOT/packages/$p/tools/sanitize_${p#kp-}.py"
       [ -f "$script" ] || continue
       compute-sanitizer --tool "$tool" --error-exitcode 1 --target-processes all $PY "$script" \
         > "$OUT/sanitize-$tool-$p.log" 2>&1 && echo "$tool $p: clean" || { echo "$tool $p: ERRORS"; tail -n 30 "$OUT/sanitize-$tool-$p.log"; }
@@ -96,7 +96,7 @@ PY
 fi
 if want hf; then
   echo "== Hugging Face models through kp_core.patch (hf_rounding=True)"
-  $PY "$ROOT/tools/hf_acceptance.py" 2>&1 | tee "$OUT/hf.log"
+  $PY "$ROOT/packages/kp-norm/tools/hf_acceptance.py" 2>&1 | tee "$OUT/hf.log"
 fi
 if want bench; then
   echo "== benchmarks"

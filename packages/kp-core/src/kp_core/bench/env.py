@@ -14,9 +14,9 @@ import torch
 
 from .timing import is_cuda
 
-# Distributions whose versions matter for reading a result: kp's own and the baselines.
-_DISTS = ("kp-core", "kp-norm", "kp-attention", "kp-fused-mlp", "kp-quant", "kp-distributed",
-          "liger-kernel")
+# Baselines whose versions matter for reading a result, besides kp's own (kp-core and every
+# package registered under the `kp_core.packages` entry points).
+_BASELINES = ("liger-kernel", "quack-kernels", "flash-attn", "flash-attn-4")
 # Name tokens that say nothing about speed class: vendor, brand, memory size and type, form factor.
 _NOISE = re.compile(r"^(nvidia|geforce|tesla|quadro|\d+gb|hbm\w*|sxm\d*)$")
 
@@ -55,7 +55,8 @@ def _versions() -> dict[str, str]:
         v["triton"] = "not installed"
     if torch.backends.cudnn.is_available():
         v["cudnn"] = str(torch.backends.cudnn.version())
-    for dist in _DISTS:
+    kp = ["kp-core"] + sorted(ep.name.replace("_", "-") for ep in importlib.metadata.entry_points(group="kp_core.packages"))
+    for dist in kp + list(_BASELINES):
         try:
             v[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

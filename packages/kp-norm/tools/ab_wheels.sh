@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Interleaved A/B of prebuilt kp-norm wheels on a GPU machine, with no build there.
 #
-#   tools/ab_wheels.sh WHEELS_DIR ROUNDS CMD
+#   packages/kp-norm/tools/ab_wheels.sh WHEELS_DIR ROUNDS CMD
 #
 # WHEELS_DIR holds one folder per variant, each with one kp_norm wheel (WHEELS_DIR/NAME/*.whl).
 # Each round installs every variant in turn (the order reversed every other round, so drift
 # in the machine's state does not favour one variant) and runs CMD under bash with KP_AB_NAME
 # (the variant) and KP_AB_ROUND set. Typical CMD, quoted so that the variables expand per run:
 #
-#   'python3 tools/norm_sweep.py --ops layer --dirs fwd --hidden 65536 --out "$OUT/${KP_AB_NAME}_r${KP_AB_ROUND}.json"'
+#   'python3 packages/kp-norm/tools/norm_sweep.py --ops layer --dirs fwd --hidden 65536 --out "$OUT/${KP_AB_NAME}_r${KP_AB_ROUND}.json"'
 #
 # Build the variants on the CPU machine (nvcc compiles there; the GPU machines run Python 3.12),
 # about a minute each on 2 cores, and carry WHEELS_DIR to the device:
@@ -26,7 +26,7 @@ set -euo pipefail
 [ $# -eq 3 ] || { sed -n '2,4p' "$0" >&2; exit 2; }
 dir=$1 rounds=$2 cmd=$3
 PY=${PYTHON:-python3}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)  # the repository
 mapfile -t names < <(cd "$dir" && for d in */; do ls "$d"*.whl >/dev/null 2>&1 && echo "${d%/}"; done)
 [ ${#names[@]} -ge 1 ] || { echo "ab_wheels: no WHEELS_DIR/NAME/*.whl under $dir" >&2; exit 2; }
 run() { if [ -n "${KP_AB_DRY:-}" ]; then echo "+ $*"; else "$@"; fi; }

@@ -3,7 +3,7 @@
 # explain a bandwidth gap: DRAM throughput and bytes, L1/L2 hit rates and L2 traffic from the SMs,
 # achieved occupancy, registers, and the top stall reasons.
 #
-#   tools/ncu_compare.sh [op=rms|layer] [hidden=16384] [direction=fwd|bwd]
+#   packages/kp-norm/tools/ncu_compare.sh [op=rms|layer] [hidden=16384] [direction=fwd|bwd]
 #
 # Clocks are left as they are (--clock-control none); see the device notes on measuring.
 set -euo pipefail

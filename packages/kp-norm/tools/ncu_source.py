@@ -1,7 +1,7 @@
 """Where a norm kernel's warps wait, per SASS instruction: Nsight Compute's warp-state sampling.
 
-    python tools/ncu_source.py run OP HIDDEN DIR [--kernel REGEX] [--csv out.csv]   (GPU machine)
-    python tools/ncu_source.py show file.csv [--top 30]                             (anywhere)
+    python packages/kp-norm/tools/ncu_source.py run OP HIDDEN DIR [--kernel REGEX] [--csv out.csv]   (GPU machine)
+    python packages/kp-norm/tools/ncu_source.py show file.csv [--top 30]                             (anywhere)
 
 `run` profiles the 3rd launch of the kernel matching REGEX (default: fwd_ring for fwd, bwd_ring for
 bwd) in one `kp_norm` call (bf16, 256 MiB of x, backend cuda) with `--page source --print-source

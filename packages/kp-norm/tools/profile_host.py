@@ -1,6 +1,6 @@
 """Host cost per eager call of a kp op, split into its layers (a diagnostic, not a benchmark).
 
-    python tools/profile_host.py [--rows 1] [--hidden 4096] [--backward]
+    python packages/kp-norm/tools/profile_host.py [--rows 1] [--hidden 4096] [--backward]
 
 Prints the backend `auto` picks, the wall time per call of: the public function, the level's
 wrapper alone, the bare native call, and torch's F.rms_norm; then a cProfile of the public call.
@@ -76,7 +76,7 @@ def main():
     x = torch.randn(a.rows, a.hidden, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(a.hidden, device="cuda", dtype=torch.bfloat16)
     dev = x.device
-    print("auto picks:", norm._backend_for("auto", dev.type, dev.index, x.dtype, w.dtype, None))
+    print("auto picks:", norm.LEVELS.select("auto", dev.type, dev.index, x.dtype, w.dtype, None))
     y = torch.empty_like(x)
     mod = _cuda.NATIVE.module
     stream = torch.cuda.current_stream().cuda_stream

@@ -1,6 +1,6 @@
 """Sweep kp-norm's launch configuration on a GPU: % of copy bandwidth per (config, op, hidden).
 
-    python tools/norm_sweep.py [--ops rms,layer] [--dirs fwd,bwd,bwdk] [--hidden 4096,16384]
+    python packages/kp-norm/tools/norm_sweep.py [--ops rms,layer] [--dirs fwd,bwd,bwdk] [--hidden 4096,16384]
                                [--levels cuda,triton] [--config NAME:KEY=VAL,KEY=VAL ...] [--out f.json]
 
 Needs kp-norm built with `-C cmake.define.KP_NORM_TUNING=ON` for --config to have any effect: the
@@ -49,7 +49,7 @@ def _configs(specs):
 @functools.cache
 def _compiled(op):
     """torch.compile of the benchmark's own fp32 reference formula (bench_norm.ref_*), static shapes."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "packages", "kp-norm", "bench", "bench_norm.py")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench", "bench_norm.py")
     spec = importlib.util.spec_from_file_location("kp_bench_norm", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

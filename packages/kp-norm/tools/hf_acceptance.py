@@ -1,6 +1,6 @@
 """Tiny random-init Hugging Face models through kp_core.patch on a GPU: the issue-15 acceptance.
 
-    python tools/hf_acceptance.py [--device cuda]
+    python packages/kp-norm/tools/hf_acceptance.py [--device cuda]
 
 For Llama, Mistral, Qwen3 and Gemma in bf16 (2 layers, hidden 64; no download) and each kp level
 (auto, triton, reference): `kp_core.patch(model, hf_rounding=True)` through the installed
@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "packages/kp-norm/tests"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 import kp_core  # noqa: E402
 import kp_norm  # noqa: E402
 from test_hf_models import ids, norms, tiny  # noqa: E402  (the test suite's model builders)
