@@ -3,7 +3,8 @@
 //   ptx_archs() -> list[int]        virtual archs embedded as PTX (JIT-compiled for newer GPUs)
 //   cuda_runtime_version() -> int   CUDART_VERSION at build time (cudart is linked statically)
 //   check_device(device) -> str     "" when the kernels can run there, else the reason
-// KP_SASS_ARCHS / KP_PTX_ARCHS are comma lists of numbers defined by kp_add_extension().
+// KP_SASS_ARCHS / KP_PTX_ARCHS are comma lists of numbers, from the kp/archs.h kp_add_extension()
+// generates.
 // Nothing here touches CUDA at import: a module imports on a machine without a GPU or driver.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -13,7 +14,10 @@
 #include <string>
 #include <vector>
 
-#ifndef KP_SASS_ARCHS  // kp_add_extension() defines these unless the list is empty
+#if __has_include("kp/archs.h")
+#include "kp/archs.h"
+#endif
+#ifndef KP_SASS_ARCHS  // a module built without kp_add_extension(): no list
 #define KP_SASS_ARCHS
 #endif
 #ifndef KP_PTX_ARCHS
