@@ -8,6 +8,7 @@
 
 #include "kp/dtype.cuh"
 #include "kp/error.cuh"
+#include "kp/host.cuh"
 #include "kp/launch.cuh"
 #include "swiglu.cuh"
 
@@ -50,7 +51,7 @@ __global__ void __launch_bounds__(kThreads) swiglu_bwd_kernel(const T* __restric
 }
 
 dim3 grid_for(int64_t rows, int64_t cols) {
-  return dim3(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(std::min(rows, kMaxGridY)));
+  return dim3(static_cast<unsigned>(kp::cdiv(cols, kThreads)), static_cast<unsigned>(std::min(rows, kMaxGridY)));
 }
 
 void check(const SwigluArgs& a, bool bwd) {
@@ -58,16 +59,13 @@ void check(const SwigluArgs& a, bool bwd) {
   KP_CHECK_ARG(a.rows >= 0 && a.cols >= 0, "rows and cols must be >= 0");
   KP_CHECK_ARG(a.cols < (int64_t{1} << 31) * kThreads, "cols too large for the grid");
   if (a.rows == 0 || a.cols == 0) return;
-  KP_CHECK_ARG(a.gate && a.up && a.out, "gate, up and the output must not be null");
-  KP_CHECK_ARG(a.gate_stride >= a.cols && a.up_stride >= a.cols, "row strides must be >= cols");
-  if (bwd) KP_CHECK_ARG(a.dy && a.out2 && a.dy_stride >= a.cols, "dy and dup must be given, dy's stride >= cols");
-}
-
-template <typename F>
-void by_dtype(int code, F&& f) {
-  if (code == kp::kF32) f(float{});
-  else if (code == kp::kF16) f(__half{});
-  else f(__nv_bfloat16{});
+  kp::check_rows("gate", a.gate, a.gate_stride, a.rows, a.cols);
+  kp::check_rows("up", a.up, a.up_stride, a.rows, a.cols);
+  KP_CHECK_ARG(a.out != nullptr, "the output must not be null");
+  if (bwd) {
+    kp::check_rows("dy", a.dy, a.dy_stride, a.rows, a.cols);
+    KP_CHECK_ARG(a.out2 != nullptr, "dup must not be null");
+  }
 }
 
 }  // namespace
@@ -76,25 +74,23 @@ void swiglu_fwd(const SwigluArgs& a, int device, cudaStream_t stream) {
   check(a, false);
   if (a.rows == 0 || a.cols == 0) return;
   kp::DeviceGuard guard(device);
-  by_dtype(a.dtype, [&](auto t) {
-    using T = decltype(t);
+  KP_DISPATCH_DTYPE(a.dtype, T, {
     kp::launch(swiglu_fwd_kernel<T>, device, grid_for(a.rows, a.cols), dim3(kThreads), 0, stream, 1,
                static_cast<const T*>(a.gate), a.gate_stride, static_cast<const T*>(a.up), a.up_stride,
                static_cast<T*>(a.out), a.rows, a.cols);
-  });
+  })
 }
 
 void swiglu_bwd(const SwigluArgs& a, int device, cudaStream_t stream) {
   check(a, true);
   if (a.rows == 0 || a.cols == 0) return;
   kp::DeviceGuard guard(device);
-  by_dtype(a.dtype, [&](auto t) {
-    using T = decltype(t);
+  KP_DISPATCH_DTYPE(a.dtype, T, {
     kp::launch(swiglu_bwd_kernel<T>, device, grid_for(a.rows, a.cols), dim3(kThreads), 0, stream, 1,
                static_cast<const T*>(a.dy), a.dy_stride, static_cast<const T*>(a.gate), a.gate_stride,
                static_cast<const T*>(a.up), a.up_stride, static_cast<T*>(a.out), static_cast<T*>(a.out2), a.rows,
                a.cols);
-  });
+  })
 }
 
 const void* probe_kernel() { return reinterpret_cast<const void*>(swiglu_fwd_kernel<float>); }

@@ -1051,13 +1051,6 @@ void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
              p.csize, p);
 }
 
-void check_rows(const char* name, const void* ptr, int64_t stride, int64_t rows, int64_t cols) {
-  KP_CHECK_ARG(ptr != nullptr, std::string(name) + " must not be null");
-  KP_CHECK_ARG(rows <= 1 || stride >= cols,
-               std::string(name) + "_stride (" + std::to_string(stride) + ") must be >= cols (" +
-                   std::to_string(cols) + ")");
-}
-
 void check_dtypes(int act, int xd) {
   KP_CHECK_ARG(kp::valid_dtype(act), "act_dtype: unsupported dtype code " + std::to_string(act));
   KP_CHECK_ARG(xd == act || xd == kp::kF32, "x_dtype must be act_dtype or float32 (code " + std::to_string(xd) + ")");
@@ -1095,10 +1088,10 @@ void norm_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
   KP_CHECK_ARG(a.rows >= 0, "rows must be >= 0");
   KP_CHECK_ARG(a.cols >= 1 && a.cols <= (int64_t{1} << 30), "cols must be in [1, 2^30]");
   KP_CHECK_ARG(a.num_partials >= 0, "num_partials must be >= 0");
-  check_rows("dy", a.dy, a.dy_stride, a.rows, a.cols);
-  check_rows("x", a.x, a.x_stride, a.rows, a.cols);
-  check_rows("dx", a.dx, a.dx_stride, a.rows, a.cols);
-  if (a.dres) check_rows("dres", a.dres, a.dres_stride, a.rows, a.cols);
+  kp::check_rows("dy", a.dy, a.dy_stride, a.rows, a.cols);
+  kp::check_rows("x", a.x, a.x_stride, a.rows, a.cols);
+  kp::check_rows("dx", a.dx, a.dx_stride, a.rows, a.cols);
+  if (a.dres) kp::check_rows("dres", a.dres, a.dres_stride, a.rows, a.cols);
   KP_CHECK_ARG(a.rstd != nullptr, "rstd must not be null");
   KP_CHECK_ARG(a.is_rms || a.mean != nullptr, "mean must not be null for LayerNorm");
   if (a.rows == 0) return;

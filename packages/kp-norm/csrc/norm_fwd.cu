@@ -1079,13 +1079,6 @@ void launch_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
              pl.t.multipass ? 1 : pl.t.csize, p);
 }
 
-void check_rows(const char* name, const void* ptr, int64_t stride, int64_t rows, int64_t cols) {
-  KP_CHECK_ARG(ptr != nullptr, std::string(name) + " must not be null");
-  KP_CHECK_ARG(rows <= 1 || stride >= cols,
-               std::string(name) + "_stride (" + std::to_string(stride) + ") must be >= cols (" +
-                   std::to_string(cols) + ")");
-}
-
 }  // namespace
 
 void norm_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
@@ -1096,10 +1089,10 @@ void norm_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
                "res_dtype must be act_dtype or float32 (code " + std::to_string(a.res_dtype) + ")");
   KP_CHECK_ARG(a.rows >= 0, "rows must be >= 0");
   KP_CHECK_ARG(a.cols >= 1 && a.cols <= (int64_t{1} << 30), "cols must be in [1, 2^30]");
-  check_rows("x", a.x, a.x_stride, a.rows, a.cols);
-  check_rows("y", a.y, a.y_stride, a.rows, a.cols);
-  if (a.res) check_rows("res", a.res, a.res_stride, a.rows, a.cols);
-  if (a.res_out) check_rows("res_out", a.res_out, a.res_out_stride, a.rows, a.cols);
+  kp::check_rows("x", a.x, a.x_stride, a.rows, a.cols);
+  kp::check_rows("y", a.y, a.y_stride, a.rows, a.cols);
+  if (a.res) kp::check_rows("res", a.res, a.res_stride, a.rows, a.cols);
+  if (a.res_out) kp::check_rows("res_out", a.res_out, a.res_out_stride, a.rows, a.cols);
   KP_CHECK_ARG(a.res || !a.res_out, "res_out is only written with a residual (res)");
   if (a.rows == 0) return;
   kp::DeviceGuard guard(device);
