@@ -1,0 +1,105 @@
+"""kp-fused-mlp benchmarks: SwiGLU forward and backward at transformer MLP sizes.
+
+    python packages/kp-fused-mlp/bench/bench_glu.py [--quick] [--filter SUBSTR] [--out DIR] [--no-plot]
+
+Impls: kp-cuda and kp-triton (forced backends), torch (F.silu(gate) * up, eager), torch.compile
+(of the same expression in fp32, rounded once: what a user gets compiling their own), and Liger's
+SwiGLU when installed. bf16; gate and up are the halves of one packed [tokens, 2 * intermediate]
+tensor, as a fused gate-up projection writes them. Memory-bound: the ceiling is copy bandwidth.
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+from kp_core import bench
+
+try:
+    import kp_fused_mlp
+except ImportError as e:
+    raise SystemExit(f"bench_glu: kp_fused_mlp is not importable ({e}). Install it first, e.g. "
+                     "`pip install -e packages/kp-core -e packages/kp-fused-mlp`.") from None
+
+try:  # Liger is an optional baseline: its rows are skipped, with this reason, when it is missing.
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+    _LIGER_MISSING = None
+except Exception as e:
+    _LIGER_MISSING = f"Liger not available: {type(e).__name__}: {e}"
+
+# (tokens, intermediate): Llama-3-8B's 14336 and a larger model's 28672.
+SHAPES = [(t, i) for i in (14336, 28672) for t in (1024, 4096, 8192)]
+QUICK_SHAPES = [(4096, 14336)]
+CPU_SHAPES = [(16, 64), (16, 256)]  # the no-GPU smoke run only exercises the code
+DTYPE, BF16 = torch.bfloat16, 2  # bytes per element
+
+
+def ref_swiglu(gate, up):  # the torch.compile baseline: fp32 math, one rounding
+    return (F.silu(gate.float()) * up.float()).to(gate.dtype)
+
+
+@functools.cache
+def _compiled(fn):
+    return torch.compile(fn, dynamic=False)
+
+
+def _liger(gate, up):
+    if _LIGER_MISSING:
+        raise RuntimeError(_LIGER_MISSING)
+    return LigerSiLUMulFunction.apply(gate, up)
+
+
+def _impls():
+    return {
+        "kp-cuda": lambda g, u: kp_fused_mlp.swiglu(g, u, backend="cuda"),
+        "kp-triton": lambda g, u: kp_fused_mlp.swiglu(g, u, backend="triton"),
+        "torch": lambda g, u: F.silu(g) * u,
+        "torch.compile": lambda g, u: _compiled(ref_swiglu)(g, u),
+        "liger": _liger,
+    }
+
+
+def _grad(y, wrt, dy):
+    return torch.autograd.grad(y, wrt, dy, retain_graph=True)
+
+
+def _backward(forward):
+    """Time only the backward: the forward graph is built once per input set, untimed."""
+    def setup(gate_up, dy):
+        h = gate_up.shape[-1] // 2
+        return forward(gate_up[:, :h], gate_up[:, h:]), (gate_up,), dy
+    return bench.Impl(run=_grad, setup=setup)
+
+
+def _halves(fn):
+    def call(gate_up):
+        h = gate_up.shape[-1] // 2
+        return fn(gate_up[:, :h], gate_up[:, h:])
+    return call
+
+
+def cases(quick: bool, device: str):
+    shapes = CPU_SHAPES if device == "cpu" else QUICK_SHAPES if quick else SHAPES
+    for tokens, inter in shapes:
+        n = tokens * inter
+        params = {"tokens": tokens, "intermediate": inter, "dtype": "bf16"}
+
+        def make(tokens=tokens, inter=inter):
+            return (torch.randn(tokens, 2 * inter, device=device, dtype=DTYPE),)
+        yield bench.Case(
+            op="swiglu_fwd", label=f"{tokens}x{inter}", params=params, make_inputs=make,
+            bytes=3 * n * BF16,  # gate, up read; y written
+            ceiling="copy", impls={k: _halves(f) for k, f in _impls().items()})
+
+        def make_bwd(tokens=tokens, inter=inter):
+            gate_up = torch.randn(tokens, 2 * inter, device=device, dtype=DTYPE, requires_grad=True)
+            return gate_up, torch.randn(tokens, inter, device=device, dtype=DTYPE)
+        yield bench.Case(
+            op="swiglu_bwd", label=f"{tokens}x{inter}", params=params, make_inputs=make_bwd,
+            bytes=5 * n * BF16,  # dy, gate, up read; dgate, dup written
+            ceiling="copy", impls={k: _backward(f) for k, f in _impls().items()})
+
+
+if __name__ == "__main__":
+    raise SystemExit(bench.main(cases, suite="glu"))
