@@ -1,6 +1,6 @@
 // kp-norm native side: the host API bindings.cpp calls, the launch configuration, and the affine
 // parameter loads the forward and backward kernels share (the row kit itself is shared_cuda's
-// kp/row.cuh). See NOTES.md for the design.
+// kp/row.cuh). See DESIGN.md for the design.
 #pragma once
 #include <cuda_runtime_api.h>
 
@@ -100,8 +100,8 @@ inline int tune(const char*, int def) { return def; }
 #endif
 
 // DRAM bandwidth an SM (GB/s) splits a few plans: at >= 30 (H200: 36) an SM needs more bytes in
-// flight than at the H100 SXM's 25, and some choices tuned on one GPU lost on the other (NOTES.md
-// "Session 9": LayerNorm forward E = 16 at 2K, the backward's WRP with db).
+// flight than at the H100 SXM's 25, and some choices tuned on one GPU lost on the other
+// (docs/journal/kp-norm.md, session 9: LayerNorm forward E = 16 at 2K, the backward's WRP with db).
 inline bool fast_dram(int mem_gbps, int sms) { return mem_gbps >= tune("KP_NORM_FASTDRAM_GBPSM", 30) * sms; }
 
 using kp::cdiv;

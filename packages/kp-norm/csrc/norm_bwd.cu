@@ -804,7 +804,7 @@ BwdKernel tile_for(bool db, bool hd) {
             : bwd_tile_kernel<T, X, kTileE, tile_m<T, X, false, false>(), false, false>;
 }
 
-// Config table (NOTES.md). The plan (and so the number of partials) depends on the shape, dtypes,
+// Config table (DESIGN.md). The plan (and so the number of partials) depends on the shape, dtypes,
 // whether db is wanted (its accumulators cost registers, so occupancy) and the device; never on
 // dres or the weight dtype.
 template <typename T, typename X>
@@ -893,7 +893,7 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
       // Clusters of 4+ only: at 16K (2 CTAs) the exchange is short and the plain loop, w_eff
       // made once, won in 2 of 3 H100 runs (kernel alone 89.3-89.6 vs 87.0).
       // Not on GPUs with fast DRAM for their SM count: on the H200 the plain loop read 79 vs 64
-      // (64K) and 67 vs 61 (256K) in two rounds (NOTES.md "Session 9").
+      // (64K) and 67 vs 61 (256K) in two rounds (docs/journal/kp-norm.md, session 9).
       const bool wrp_db = db && t.e == 32 && t.csize >= tune("KP_NORM_BWD_WRPDBCS", 4) &&
                           tune("KP_NORM_BWD_WRPDB", fast_dram(dev.mem_gbps, dev.sms) ? 0 : 1);
       // WRP = 2 (db only): w in smem at half the bytes of w_eff, so the registers that spilled in

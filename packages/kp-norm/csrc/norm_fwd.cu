@@ -24,7 +24,7 @@ using kp::Ld;
 // Cache policies of the direct kernel's x loads and y stores, one int template parameter (the
 // tuning build instantiates the compile-time-geometry twins for each; release builds kFwdPol only).
 // x is read once, yet loading it with an L2 evict_last policy measured 0.5-1.5 points of copy
-// faster than a plain load at every hidden size from 1K to 16K (H100, NOTES.md "Session 8"), and
+// faster than a plain load at every hidden size from 1K to 16K (H100, docs/journal/kp-norm.md, session 8), and
 // evict-first (.cs, or an L2 evict_first policy) 1 point slower. Why is not established; the
 // policy changes which lines L2 evicts first, the clean read-once x or the dirty y, and so when
 // y's write-backs reach DRAM. Inductor's looped kernels load x evict_last in their first pass.
@@ -61,7 +61,7 @@ __device__ __forceinline__ void chan_merge(const float4* r, int csize, float inv
 #endif
 
 // The output loops come in one copy per (weight?, bias?, offset != 0?) so their bodies have no
-// branches: the point of these kernels is to issue few instructions per element (NOTES.md).
+// branches: the point of these kernels is to issue few instructions per element (DESIGN.md).
 // `loop(hw, hb, ho)` receives std::true_type / std::false_type for the three; picked once per row.
 template <bool RMS, typename Loop>
 __device__ __forceinline__ void with_affine_variant(const FwdParams& p, Loop&& loop) {
@@ -811,7 +811,7 @@ FwdKernel direct_for(int e, bool vector, bool w_f32, bool res, bool rms) {
 // (a CTA of hidden / 16 threads, up to 1024; plan_direct says where).
 // Register caps of the E = 16 twins (0: the default bound, 64 registers at 2 x 512 threads). Fewer
 // registers fit more CTAs an SM, so more rows are in flight. H100, % of copy against the E = 32
-// twin (NOTES.md "Session 11"): RMSNorm 8K 98.6 -> 99.0 (40: 3 CTAs of 512), 16K 98.8 -> 99.1
+// twin (docs/journal/kp-norm.md, session 11): RMSNorm 8K 98.6 -> 99.0 (40: 3 CTAs of 512), 16K 98.8 -> 99.1
 // (32: 2 of 1024); LayerNorm 4K 98.2 -> 99.2 (48: 5 of 256), 8K 98.2 -> 98.9 (40). LayerNorm at
 // 32 registers spills (16K: 92), so its 16K stays E = 32.
 [[maybe_unused]] constexpr int kTwinCap(int e, int ft, bool rms) {  // (used only in template defaults)
@@ -969,10 +969,10 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
   const auto& dev = kp::device_info(device);
   // 16-bit rows without a residual, RMSNorm 1K-4K and LayerNorm 1K-2K: 16 values a thread (twice
   // the threads a row, as compile-time-geometry twins) measured 0.1-0.9 points of copy faster than
-  // 32; wider, they lost 1.5-10 points (H100, NOTES.md "Session 8"). On the H200 LayerNorm 2K
+  // 32; wider, they lost 1.5-10 points (H100, docs/journal/kp-norm.md, session 8). On the H200 LayerNorm 2K
   // with 16 lost 4 points (93.5 vs 97.6) and 1K tied: there LayerNorm takes 16 at 1K only.
   // From 4K up, E = 16 only as a register-capped twin (kTwinCap: 256 threads at 4K, 512 at 8K, 1024
-  // at 16K), up to the twin maxima below: measured on the H100 only (NOTES.md "Session 11"), so
+  // at 16K), up to the twin maxima below: measured on the H100 only (docs/journal/kp-norm.md, session 11), so
   // GPUs with faster DRAM an SM keep E = 32 there.
   const bool twin_shape = sizeof(T) == 2 && vector && !res && !w_f32 && cols >= 4096 && cols % 16 == 0 &&
                           cols / 16 <= kMaxTwinThreads && ((cols / 16) & (cols / 16 - 1)) == 0;
@@ -1017,13 +1017,13 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
   return pl;
 }
 
-// Config table (NOTES.md). Vector path: rows up to 16384 take the direct kernel (the row in
+// Config table (DESIGN.md). Vector path: rows up to 16384 take the direct kernel (the row in
 // registers, up to E=32 values a thread with the fewest threads that cover the row; narrow rows
 // use warp or sub-warp teams, no CTA barrier); wider rows the ring kernel (the row in smem, larger
 // slices a thread and, on sm90, a cluster). Until 0.2.7, LayerNorm 16K took the ring on GPUs with
 // fast DRAM for their SM count (H200: 90 vs 77% of copy, session 6); the direct kernel has gained
-// since (one reduction a row, x evict_last) and now reads 93.5 there against the ring's 88 (NOTES
-// "Session 9"), so every GPU keeps it direct (`KP_NORM_FWD_LNDIRECTMAX` moves the split for
+// since (one reduction a row, x evict_last) and now reads 93.5 there against the ring's 88
+// (docs/journal/kp-norm.md, session 9), so every GPU keeps it direct (`KP_NORM_FWD_LNDIRECTMAX` moves the split for
 // sweeps). Scalar path: E=8, one row per team, no ring. Else: multi-pass.
 template <typename T>
 FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32, bool w_f32, int n_affine, bool rms,
