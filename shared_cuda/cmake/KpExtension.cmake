@@ -15,6 +15,30 @@ get_filename_component(KP_SHARED_CUDA_DIR "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUT
 set(KP_SHARED_CUDA_DIR "${KP_SHARED_CUDA_DIR}" CACHE INTERNAL "shared_cuda root")
 set(KP_CUDA_ARCHS_DEFAULT "80;86;89;90a;90-virtual")
 
+# kp_enable_cuda(<package>): call at file scope, before kp_add_extension. Enables the CUDA language
+# and sets KP_HAVE_CUDA; without a CUDA compiler (or with KP_SKIP_CUDA_BUILD=1) it sets KP_HAVE_CUDA
+# to OFF and says, once, what is missing: the package then installs its Triton and reference
+# levels only. (A macro: enable_language must run at file scope.)
+macro(kp_enable_cuda package)
+  set(KP_HAVE_CUDA OFF)
+  if("$ENV{KP_SKIP_CUDA_BUILD}" MATCHES "^(1|ON|on|true|TRUE|yes)$" OR KP_SKIP_CUDA_BUILD)
+    message(WARNING "kp: KP_SKIP_CUDA_BUILD is set: ${package} is built without its CUDA level "
+                    "(the Triton and reference levels work; `python -m kp_core` says which level runs).")
+  else()
+    include(CheckLanguage)
+    check_language(CUDA)
+    if(CMAKE_CUDA_COMPILER)
+      enable_language(CUDA)
+      set(KP_HAVE_CUDA ON)
+    else()
+      message(WARNING "kp: no CUDA compiler (nvcc) found: ${package} is installed without its CUDA level "
+                      "(the Triton and reference levels work). For the CUDA kernels, install a CUDA 12.x/13.x "
+                      "toolkit (or `pip install nvidia-cuda-nvcc`), point CUDACXX or CUDA_HOME at it, and "
+                      "reinstall; docs/install.md has the details.")
+    endif()
+  endif()
+endmacro()
+
 function(kp_add_extension target)
   cmake_parse_arguments(ARG "" "INSTALL_DIR;MODULE_NAME" "SOURCES" ${ARGN})
   if(NOT ARG_MODULE_NAME)

@@ -1,5 +1,6 @@
 import os
 import threading
+import warnings
 
 import pytest
 
@@ -71,8 +72,12 @@ def test_missing_native_extension_is_reported_not_raised():
 
     status = load_native("kp_core_no_such_package")
     assert not status.loaded
-    assert "not importable" in status.error and "reinstall" in status.error
-    assert status.device_problem(0) == status.error
+    assert "not importable" in status.error and "reinstall" in status.error and "KP_SKIP_CUDA_BUILD" in status.error
+    with pytest.warns(RuntimeWarning, match="the CUDA level is unavailable"):  # once a process
+        assert status.device_problem(0) == status.error
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert status.device_problem(1) == status.error
     assert status.describe().startswith("not loaded")
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -24,8 +25,15 @@ class NativeStatus:
         return self.module is not None
 
     def device_problem(self, device_index: int) -> Optional[str]:
-        """None when the kernels run on that CUDA device, else a diagnostic sentence."""
+        """None when the kernels run on that CUDA device, else a diagnostic sentence.
+
+        A CUDA device with no extension to run on it is worth one warning a process: the package
+        still works (Triton, reference), but slower than the user installed it for."""
         if self.module is None:
+            if not self._problems.get("warned"):
+                self._problems["warned"] = True
+                warnings.warn(f"{self.package}: the CUDA level is unavailable, other levels serve: {self.error}",
+                              RuntimeWarning, stacklevel=2)
             return self.error
         if device_index not in self._problems:
             self._problems[device_index] = self.module.check_device(int(device_index)) or None
@@ -52,8 +60,9 @@ def load(package: str) -> NativeStatus:
         return NativeStatus(
             package,
             None,
-            error=f"{package}._C is not importable ({e}). The wheel was built without native code or "
-            f"for another Python; reinstall with a CUDA toolkit present (see docs/architecture.md).",
+            error=f"{package}._C is not importable ({e}). The package was built without its CUDA level (no nvcc "
+            f"at build time, or KP_SKIP_CUDA_BUILD=1) or for another Python; reinstall with a CUDA toolkit "
+            f"present (see docs/install.md).",
         )
     return NativeStatus(
         package,
