@@ -34,7 +34,7 @@ def _install_torch(session: nox.Session, torch_version: str) -> None:
 
 def _install_kp(session: nox.Session) -> None:
     """Build and install every package from source, the way a user's `pip install` would."""
-    session.install("scikit-build-core>=0.10", "pybind11>=2.12", "cmake>=3.26", "ninja")
+    session.install("scikit-build-core>=0.11", "pybind11>=2.12", "cmake>=3.26", "ninja")
     # No build isolation: the packages build against the tools just installed, offline-friendly.
     session.install("--no-build-isolation", "--no-deps", *[str(ROOT / "packages" / p) for p in PACKAGES])
 
@@ -58,7 +58,7 @@ def test(session: nox.Session, torch_version: str) -> None:
 @nox.session
 def build(session: nox.Session) -> None:
     """Wheels of every package into dist/ (and sdists with `-- --sdist`)."""
-    session.install("build", "scikit-build-core>=0.10", "pybind11>=2.12", "cmake>=3.26", "ninja")
+    session.install("build", "scikit-build-core>=0.11", "pybind11>=2.12", "cmake>=3.26", "ninja")
     kinds = ["--sdist", "--wheel"] if "--sdist" in session.posargs else ["--wheel"]
     for pkg in PACKAGES:
         session.run("python", "-m", "build", "--no-isolation", *kinds, "-o", str(ROOT / "dist"), str(ROOT / "packages" / pkg))
