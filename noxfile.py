@@ -4,6 +4,7 @@
   nox -s test-3.11      install the packages into a fresh venv and run their tests (3.10-3.13)
   nox -s bench          every package's benchmarks (on a CPU machine: a small CPU run, exit 0)
   nox -s release-check  every package changed since its last release tag has a new version (CI)
+  python tools/make_index.py dist/ --variant cu130    PEP 503 index of dist/ (pip --index-url file://...)
 
 The matrix: `KP_TORCH` lists the torch versions to test ("2.13.0" by default; e.g.
 "2.11.0+cu130,2.13.0"), `KP_TORCH_INDEX` an extra index to take them from. `KP_CUDA_ARCHS`
@@ -78,7 +79,7 @@ def bench(session: nox.Session) -> None:
 @nox.session(name="release-check")
 def release_check(session: nox.Session) -> None:
     """Fails when a package's sources changed since its last release tag while its version did not
-    (docs/release.md); runs the check's own tests first."""
+    (docs/release.md); runs the release tools' own tests first (release_check, make_index)."""
     session.install("pytest>=8")
     session.run("python", "-m", "pytest", "-q", str(ROOT / "tools" / "tests"))
     session.run("python", str(ROOT / "tools" / "release_check.py"))
