@@ -55,12 +55,16 @@ def kernels(path: str, strip: list) -> dict:
         m = re.match(r"\s*Function : (\S+)", line)
         if m:
             if name:
-                bodies[name] = "".join(lines)
+                bodies[name] = "".join(lines).rstrip()
             name, lines = m.group(1), []
         elif name is not None:
-            lines.append(line)
+            if line.startswith(("Fatbin", "..........")):  # the end of a module: the next one's header follows
+                bodies[name] = "".join(lines).rstrip()
+                name, lines = None, []
+                continue
+            lines.append(" ".join(line.split()) + "\n")  # cuobjdump pads columns to the longest name
     if name:
-        bodies[name] = "".join(lines)
+        bodies[name] = "".join(lines).rstrip()
     names = list(bodies)
     demangled = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
     pattern = re.compile("|".join([r"\(anonymous namespace\)::"] + [rf"\b{re.escape(ns)}::" for ns in strip]))
