@@ -1,0 +1,23 @@
+import pathlib
+import subprocess
+import sys
+
+import pytest
+from kp_core import load_native
+
+import kp_fused_mlp
+
+
+def test_python_m_kp_core_reports_kp_fused_mlp():
+    out = subprocess.run([sys.executable, "-m", "kp_core"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "kp_fused_mlp" in out.stdout and "auto on cpu: reference" in out.stdout
+
+
+def test_the_built_extension_loads():
+    """Where the CUDA level was built, its module imports on any machine (no GPU needed)."""
+    if not list(pathlib.Path(kp_fused_mlp.__file__).parent.glob("_C*.so")):
+        pytest.skip("installed without its CUDA level (no nvcc, or KP_SKIP_CUDA_BUILD=1)")
+    status = load_native("kp_fused_mlp")
+    assert status.loaded, status.error
+    assert status.archs or status.ptx
