@@ -19,6 +19,7 @@ class NativeStatus:
     ptx: list = field(default_factory=list)
     cuda_runtime: Optional[int] = None
     _problems: dict = field(default_factory=dict, repr=False)  # device index -> answer, asked once
+    _warned: bool = field(default=False, repr=False)  # the missing extension, warned about once
 
     @property
     def loaded(self) -> bool:
@@ -30,8 +31,8 @@ class NativeStatus:
         A CUDA device with no extension to run on it is worth one warning a process: the package
         still works (Triton, reference), but slower than the user installed it for."""
         if self.module is None:
-            if not self._problems.get("warned"):
-                self._problems["warned"] = True
+            if not self._warned:
+                self._warned = True
                 warnings.warn(f"{self.package}: the CUDA level is unavailable, other levels serve: {self.error}",
                               RuntimeWarning, stacklevel=2)
             return self.error
