@@ -33,6 +33,14 @@ def test_main_on_cpu_writes_json_and_markdown(tmp_path):
     assert "## scale" in md and "kp-broken" in md
 
 
+def test_impls_option_keeps_only_the_named_implementations(tmp_path):
+    argv = ["--out", str(tmp_path), "--no-plot", "--impls", "kp-fast,torch"]
+    assert bench.main(_cases, suite="toy", argv=argv) == 0
+    result = json.loads((tmp_path / "toy.json").read_text())
+    assert sorted({r["impl"] for r in result["rows"]}) == ["kp-fast", "torch"]
+    assert bench.main(_cases, suite="toy", argv=["--out", str(tmp_path), "--impls", "nothing"]) == 1
+
+
 def test_git_revision_can_be_given(monkeypatch, tmp_path):
     # A GPU machine's copy of the tree may carry a stale .git: KP_GIT_REV names the real revision.
     from kp_core.bench import env

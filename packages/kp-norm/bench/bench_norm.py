@@ -4,7 +4,7 @@
 
 Impls: kp-cuda and kp-triton (forced backends), torch (F.rms_norm / F.layer_norm), torch.compile
 (of the plain fp32 reference below: what a user gets by compiling their own norm), and Liger when
-installed. bf16 throughout; the large cases hold 256 MiB of input, so they measure HBM bandwidth.
+installed, and QuACK's RMSNorm (CuTe DSL; forward and backward) when importable. bf16 throughout; the large cases hold 256 MiB of input, so they measure HBM bandwidth.
 """
 from __future__ import annotations
 
@@ -27,6 +27,14 @@ try:  # Liger is an optional baseline: its rows are skipped, with this reason, w
     _LIGER_MISSING = None
 except Exception as e:
     _LIGER_MISSING = f"Liger not available: {type(e).__name__}: {e}"
+
+try:  # QuACK (CuTe-DSL kernels): on the device through ../shared/tools/fa4-quack-carry.sh
+    import site
+    site.addsitedir("/root/kp-baselines")  # where that script unpacks it (a no-op elsewhere)
+    from quack.rmsnorm import rmsnorm as _quack_rmsnorm
+    _QUACK_MISSING = None
+except Exception as e:
+    _QUACK_MISSING = f"QuACK not available: {type(e).__name__}: {e}"
 
 HIDDEN = (1024, 2048, 4096, 8192, 16384, 65536, 262144)
 QUICK_HIDDEN = (4096, 65536)
@@ -77,6 +85,12 @@ def _liger(name):
     return call
 
 
+def _quack_rms(x, w):
+    if _QUACK_MISSING:
+        raise RuntimeError(_QUACK_MISSING)
+    return _quack_rmsnorm(x, w, eps=RMS_EPS)
+
+
 def _rms_impls():
     return {
         "kp-cuda": lambda x, w: kp_norm.rms_norm(x, w, RMS_EPS, backend="cuda"),
@@ -84,6 +98,7 @@ def _rms_impls():
         "torch": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, RMS_EPS),
         "torch.compile": lambda x, w: _compiled(ref_rms_norm)(x, w),
         "liger": _liger("rms"),
+        "quack": _quack_rms,
     }
 
 

@@ -32,7 +32,8 @@ def _args(argv):
     p.add_argument("--ops", default="rms,layer")
     p.add_argument("--dirs", default="fwd,bwd")
     p.add_argument("--hidden", default=",".join(map(str, HIDDEN)))
-    p.add_argument("--levels", default="cuda", help="cuda, triton, reference, compile (torch.compile, fwd only)")
+    p.add_argument("--levels", default="cuda",
+                   help="cuda, triton, reference, compile (torch.compile, fwd only), quack (QuACK, rms only)")
     p.add_argument("--config", action="append", default=[], help="NAME:KEY=VAL,KEY=VAL")
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
@@ -70,6 +71,12 @@ def _case(op, direction, hidden, level):
     if level == "compile":  # the baseline to beat: torch.compile of the plain fp32 formula
         torch._dynamo.reset()  # a static-shape compile for each size, as the benchmark does
         fn = functools.partial(_compiled(op), x, *params)
+    elif level == "quack":  # QuACK's RMSNorm (CuTe DSL), unpacked by ../shared/tools/fa4-quack-carry.sh
+        import site
+        site.addsitedir("/root/kp-baselines")
+        from quack.rmsnorm import rmsnorm
+        assert op == "rms", "QuACK's LayerNorm wants fp32 weights: not the benchmark's workload"
+        fn = lambda: rmsnorm(x, params[0], eps=1e-6)  # noqa: E731
     elif op == "rms":
         fn = lambda: kp_norm.rms_norm(x, params[0], 1e-6, backend=level)  # noqa: E731
     else:
@@ -121,7 +128,8 @@ def main(argv=None) -> int:
             for op in a.ops.split(","):
                 for direction in a.dirs.split(","):
                     for level in a.levels.split(","):
-                        if (direction == "bwdk" and level != "cuda") or (direction != "fwd" and level == "compile"):
+                        if ((direction == "bwdk" and level != "cuda") or (direction != "fwd" and level == "compile")
+                                or (level == "quack" and (op != "rms" or name != "default"))):
                             continue
                         line = []
                         for h in hiddens:

@@ -87,9 +87,10 @@ def norm(op: str, x, residual, weight, bias, eps, *, is_rms: bool, weight_offset
         res_out = res_out if residual is not None else None
     else:
         name = LEVELS.resolve(backend, x.device, x.dtype, w_dtype, residual_dtype)
+        if grad and (x2.is_inference() or (weight is not None and weight.is_inference())):
+            # Autograd saves them (kp's levels, and torch's own CUDA norm the reference calls).
+            args = (saveable(x2), residual, saveable(weight)) + args[3:]
         if grad and name != "reference":
-            if x2.is_inference() or (weight is not None and weight.is_inference()):
-                args = (saveable(x2), residual, saveable(weight)) + args[3:]  # autograd saves them
             y, res_out, _, _ = NORM.apply(*args, name)
         else:
             # The reference level is plain PyTorch: autograd differentiates it to any order, in

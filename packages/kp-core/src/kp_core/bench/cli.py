@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 import tempfile
@@ -34,9 +35,15 @@ def main(cases: CasesFn, *, suite: str, argv: list[str] | None = None) -> int:
     quick = args.quick or not gpu
     selected = [c for c in cases(quick=quick, device=device)
                 if not args.filter or args.filter in f"{c.op} {c.label}"]
+    if args.impls:
+        wanted = args.impls.split(",")
+        selected = [dataclasses.replace(c, impls={k: v for k, v in c.impls.items() if k in wanted})
+                    for c in selected]
+        selected = [c for c in selected if c.impls]
     if not selected:
-        print(f"kp bench: no case of suite {suite!r} matches --filter {args.filter!r}")
-        return 1 if args.filter else 0
+        print(f"kp bench: no case of suite {suite!r} matches --filter {args.filter!r} "
+              f"--impls {args.impls!r}")
+        return 1 if args.filter or args.impls else 0
 
     warmup, rep = (WARMUP_MS, REP_MS) if gpu else (0, 50)
     repo = _repo_root()
@@ -70,6 +77,8 @@ def _parser(suite: str) -> argparse.ArgumentParser:
                    "full GPU run, a temp folder for --quick, --filter and CPU runs)")
     p.add_argument("--quick", action="store_true", help="a few sizes only")
     p.add_argument("--filter", metavar="SUBSTR", help="only cases whose '<op> <label>' holds SUBSTR")
+    p.add_argument("--impls", metavar="A,B", help="only these implementations (names as in the "
+                   "tables, e.g. kp-cuda,torch.compile)")
     p.add_argument("--no-plot", action="store_true", help="skip the PNG plots")
     return p
 
@@ -80,13 +89,15 @@ def _describe_run(gpu: bool, args: argparse.Namespace) -> str:
     parts = ["quick" if args.quick else "full"]
     if args.filter:
         parts.append(f"filter {args.filter!r}")
+    if args.impls:
+        parts.append(f"impls {args.impls}")
     return ", ".join(parts)
 
 
 def _out_dir(args: argparse.Namespace, suite: str, slug: str, gpu: bool, repo: Path) -> Path:
     if args.out:
         return args.out
-    if gpu and not args.quick and not args.filter:
+    if gpu and not args.quick and not args.filter and not args.impls:
         return repo / "docs" / "benchmarks" / slug
     # Partial and CPU runs must not overwrite the committed results of a full run.
     return Path(tempfile.mkdtemp(prefix=f"kp-bench-{suite}-"))
