@@ -150,6 +150,29 @@ struct FwdPlan {
   int64_t grid = 0;
 };
 
+// Ring geometry of the rows whose weights sit in registers (16-bit x and weights, no residual),
+// by row width: CTA size, then the rows in flight a CTA. From 128K, 256-thread CTAs (twice the
+// cluster) with two rows each, three CTAs an SM, beat 512-thread CTAs with four: H100, bf16,
+// % of copy at 128K / 256K, RMSNorm 90.7 / 91.8 -> 92.5 / 93.5, LayerNorm 89.5 / 90.2 -> 92.1 / 92.9
+// (docs/benchmarks/h100/quack-rms-norm-2026-11-23.md); at 32K / 64K they lost 0.3-2 points. Measured
+// on the H100 only, so GPUs with faster DRAM an SM keep the first row. Widths past 16 CTAs of 256
+// threads take the first row too (a cluster holds at most 16 CTAs).
+struct RingRow {
+  int64_t min_cols;
+  int max_threads, max_stages;
+};
+constexpr RingRow kRingRows[] = {
+    {0, kMaxThreads, 4},
+    {131072, kMaxThreads / 2, 2},
+};
+RingRow ring_row(int64_t cols, bool weights_in_registers, bool fast) {
+  RingRow pick = kRingRows[0];
+  if (!weights_in_registers || fast) return pick;
+  for (const RingRow& r : kRingRows)
+    if (cols >= r.min_cols && cols <= int64_t{kMaxCluster} * r.max_threads * kRingNV * 8 /* 16-bit values a chunk */) pick = r;
+  return pick;
+}
+
 // Ring kernel plan (vector path): E = nv * VEC values a thread, read from smem: up to 512 threads
 // x kRingNV chunks a CTA, then a cluster of such CTAs. t.multipass when it cannot run here.
 // ft_only: only an FT plan is wanted (the caller falls back to the direct kernel otherwise), so
@@ -162,8 +185,10 @@ FwdPlan plan_ring(int64_t rows, int64_t cols, bool res, bool res_f32, bool w_f32
   const auto& dev = kp::device_info(device);
   constexpr int VEC = 16 / sizeof(T);
   const int64_t chunks = cols / VEC;
+  // The row kRingRows is for: weights in registers (kWReg, below) wherever there are weights.
+  const RingRow row = ring_row(cols, sizeof(T) == 2 && !res && !w_f32 && n_affine > 0, fast_dram(dev.mem_gbps, dev.sms));
   const int maxcpt = std::min(kRingNV, tune("KP_NORM_FWD_MAXCPT", kRingNV));  // 64 values (bf16) a thread
-  const int maxthr = std::min(kMaxThreads, tune("KP_NORM_FWD_RTHREADS", kMaxThreads));
+  const int maxthr = std::min(kMaxThreads, tune("KP_NORM_FWD_RTHREADS", row.max_threads));
   t.csize = static_cast<int>(cdiv(chunks, static_cast<int64_t>(maxthr) * maxcpt));
   // No clusters (sm80-89): one CTA. Rows it cannot hold (or a 16-CTA cluster on sm90) take the
   // multi-pass kernel.
@@ -207,7 +232,7 @@ FwdPlan plan_ring(int64_t rows, int64_t cols, bool res, bool res_f32, bool w_f32
   const int budget = wr   ? tune("KP_NORM_FWD_RINGWR", 220 << 10)
                      : ws ? budget_ws - wbytes
                           : tune("KP_NORM_FWD_RING", 100 << 10);
-  t.stages = std::max(wr ? 2 : 1, std::min({tune("KP_NORM_FWD_STAGES", 4), budget / per_stage, room / per_stage}));
+  t.stages = std::max(wr ? 2 : 1, std::min({tune("KP_NORM_FWD_STAGES", row.max_stages), budget / per_stage, room / per_stage}));
   pl.smem = static_cast<size_t>(t.stages) * per_stage + (ws ? wbytes : 0);
   if (t.csize > 1) {
     pl.grid = std::min<int64_t>(kp::max_active_clusters(k, device, t.threads, pl.smem, t.csize), rows) * t.csize;

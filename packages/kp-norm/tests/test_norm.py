@@ -141,7 +141,7 @@ def test_forward_backward_match_oracle(level, kind, variant, dtype, shape, seed)
         kt.assert_matches_oracle(g, w, dtype=g.dtype, scale=scale if name in ("x", "residual") else 0.0, name=f"d{name}")
 
 
-@pytest.mark.parametrize("shape", [(5003, 3000), (1500, 16384), (600, 65536), (260, 262144)], ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("shape", [(5003, 3000), (1500, 16384), (600, 65536), (400, 131072), (260, 262144)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("variant", ["plain", "residual"])
 @pytest.mark.parametrize("kind", ["rms", "layer"])
 def test_many_rows_per_persistent_team(level, kind, variant, shape, seed):
