@@ -1,4 +1,4 @@
-// The ring backward kernels (178 an arch), instantiated through their address getters: the
+// The ring backward kernels (132 an arch), instantiated through their address getters: the
 // ones the plan (norm_bwd.cu) can choose in a release build.
 #include "bwd_kernels.cuh"
 
@@ -6,9 +6,6 @@
 namespace kp_norm {
 
 // clang-format off
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 16, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 16, false, false, 1, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 16, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, false, 0, 0>();
@@ -33,26 +30,16 @@ template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 2, 256>
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 2, 512>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 8, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 8, false, false, 1, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 8, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 8, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 8, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, float, 16, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, float, 16, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, float, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, float, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, float, 32, false, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, float, 32, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, float, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, float, 32, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, float, 8, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, float, 8, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, float, 8, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, float, 8, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, __half, 16, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, __half, 16, false, false, 1, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, __half, 16, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 32, false, false, 0, 0>();
@@ -62,26 +49,16 @@ template BwdKernel bwd_ring_ptr<__half, float, __half, 32, false, true, 1, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 32, false, true, 2, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 32, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, __half, 8, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, __half, 8, false, false, 1, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, __half, 8, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 8, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 8, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, float, 16, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, float, 16, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, float, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, float, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, float, 32, false, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, float, 32, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, float, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, float, 32, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, float, 8, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, float, 8, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, float, 8, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, float, 8, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 16, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 16, false, false, 1, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 16, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, false, 0, 0>();
@@ -106,26 +83,16 @@ template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32,
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, true, 2, 512>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 8, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 8, false, false, 1, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 8, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 8, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 8, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 16, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 16, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 32, false, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 32, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 32, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 8, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 8, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 8, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 8, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 16, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 16, false, false, 1, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 16, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 32, false, false, 0, 0>();
@@ -135,26 +102,16 @@ template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 32, false, 
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 32, false, true, 2, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 32, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 8, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 8, false, false, 1, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 8, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 8, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 8, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 16, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 16, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 32, false, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 32, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 32, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 8, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 8, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 8, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 8, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<float, float, float, 16, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<float, float, float, 16, false, false, 1, 0>();
-template BwdKernel bwd_ring_ptr<float, float, float, 16, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, false, 0, 0>();
@@ -179,9 +136,6 @@ template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 2, 256>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 2, 512>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<float, float, float, 8, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<float, float, float, 8, false, false, 1, 0>();
-template BwdKernel bwd_ring_ptr<float, float, float, 8, false, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 8, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 8, true, true, 0, 0>();
 // clang-format on

@@ -1,4 +1,4 @@
-// The ring forward kernels (64 an arch), instantiated through their address getters: the ones
+// The ring forward kernels (58 an arch), instantiated through their address getters: the ones
 // the plan (norm_fwd.cu) can choose in a release build.
 #include "fwd_kernels.cuh"
 
@@ -7,13 +7,11 @@ namespace kp_norm {
 
 // clang-format off
 template FwdKernel fwd_ring_ptr<__half, __half, false, false, 0, 0>();
-template FwdKernel fwd_ring_ptr<__half, __half, false, false, 1, 0>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, false, 2, 0>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, false, 2, 128>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, false, 2, 256>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, false, 2, 512>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, true, 0, 0>();
-template FwdKernel fwd_ring_ptr<__half, __half, false, true, 1, 0>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, true, 2, 0>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, true, 2, 128>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, true, 2, 256>();
@@ -31,13 +29,11 @@ template FwdKernel fwd_ring_ptr<__half, float, true, false, 1, 0>();
 template FwdKernel fwd_ring_ptr<__half, float, true, true, 0, 0>();
 template FwdKernel fwd_ring_ptr<__half, float, true, true, 1, 0>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, false, 0, 0>();
-template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, false, 1, 0>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, false, 2, 0>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, false, 2, 128>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, false, 2, 256>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, false, 2, 512>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, true, 0, 0>();
-template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, true, 1, 0>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, true, 2, 0>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, true, 2, 128>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, true, 2, 256>();
@@ -55,13 +51,11 @@ template FwdKernel fwd_ring_ptr<__nv_bfloat16, float, true, false, 1, 0>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, float, true, true, 0, 0>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, float, true, true, 1, 0>();
 template FwdKernel fwd_ring_ptr<float, float, false, false, 0, 0>();
-template FwdKernel fwd_ring_ptr<float, float, false, false, 1, 0>();
 template FwdKernel fwd_ring_ptr<float, float, false, false, 2, 0>();
 template FwdKernel fwd_ring_ptr<float, float, false, false, 2, 128>();
 template FwdKernel fwd_ring_ptr<float, float, false, false, 2, 256>();
 template FwdKernel fwd_ring_ptr<float, float, false, false, 2, 512>();
 template FwdKernel fwd_ring_ptr<float, float, false, true, 0, 0>();
-template FwdKernel fwd_ring_ptr<float, float, false, true, 1, 0>();
 template FwdKernel fwd_ring_ptr<float, float, false, true, 2, 0>();
 template FwdKernel fwd_ring_ptr<float, float, false, true, 2, 128>();
 template FwdKernel fwd_ring_ptr<float, float, false, true, 2, 256>();

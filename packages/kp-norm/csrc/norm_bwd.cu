@@ -45,13 +45,24 @@ RingSmem ring_smem_for(int threads, int e, int ts, int xs, int ws, int wrp) {
   return r;
 }
 
-// Warp teams and CTA/cluster teams, E = 8, 16 or 32 (plan_bwd).
+// CTA/cluster teams of E values a thread: 32 in every release plan (plan_bwd); a tuning build
+// also reaches 8 and 16 (KP_NORM_BWD_E), so only it instantiates those.
+template <typename T, typename X, typename W, bool DB, int WRP>
+BwdKernel ring_cta(int e) {
+#ifdef KP_NORM_TUNING
+  if (e == 8) return bwd_ring_ptr<T, X, W, 8, false, DB, WRP>();
+  if (e == 16) return bwd_ring_ptr<T, X, W, 16, false, DB, WRP>();
+#else
+  (void)e;
+#endif
+  return bwd_ring_ptr<T, X, W, 32, false, DB, WRP>();
+}
+// Warp teams (E = 8, 16 or 32) and CTA/cluster teams (plan_bwd).
 template <typename T, typename X, typename W, bool DB>
 BwdKernel ring_for_wd(int e, bool wt) {
   if (wt) return e == 8 ? bwd_ring_ptr<T, X, W, 8, true, DB, false>() : e == 16 ? bwd_ring_ptr<T, X, W, 16, true, DB, false>()
                                                                              : bwd_ring_ptr<T, X, W, 32, true, DB, false>();
-  return e == 8 ? bwd_ring_ptr<T, X, W, 8, false, DB, false>() : e == 16 ? bwd_ring_ptr<T, X, W, 16, false, DB, false>()
-                                                                        : bwd_ring_ptr<T, X, W, 32, false, DB, false>();
+  return ring_cta<T, X, W, DB, 0>(e);
 }
 // WRP twins: CTA/cluster teams, W as wide as T (w takes E / 2 registers for 16-bit T; fp32 w of a
 // 16-bit T would take E). With db only E = 32, and WRP = 2 only with db (plan_bwd picks no other).
@@ -60,8 +71,7 @@ BwdKernel ring_for_w(int e, bool wt, bool db, int wrp) {
   if constexpr (sizeof(W) == sizeof(T))
     if (wrp && !wt) {
       if (db) return wrp == 2 ? bwd_ring_ptr<T, X, W, 32, false, true, 2>() : bwd_ring_ptr<T, X, W, 32, false, true, 1>();
-      return e == 8 ? bwd_ring_ptr<T, X, W, 8, false, false, true>() : e == 16 ? bwd_ring_ptr<T, X, W, 16, false, false, true>()
-                                                                          : bwd_ring_ptr<T, X, W, 32, false, false, true>();
+      return ring_cta<T, X, W, false, 1>(e);
     }
   return db ? ring_for_wd<T, X, W, true>(e, wt) : ring_for_wd<T, X, W, false>(e, wt);
 }

@@ -1,6 +1,7 @@
 // Forward plan and launch: which kernel, geometry and grid a call gets (the kernels are declared in
 // fwd_kernels.h and instantiated in fwd_direct.cu, fwd_ring.cu and fwd_multipass.cu).
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
@@ -20,6 +21,12 @@ namespace {
 template <typename T, typename W, int WM>
 FwdKernel ring_for_wm(bool res, bool rms) {
   if (res) return rms ? fwd_ring_ptr<T, W, true, true, WM>() : fwd_ring_ptr<T, W, true, false, WM>();
+#ifndef KP_NORM_TUNING
+  // Without a residual, weights as wide as x always fit registers (two 64 KB stages, plan_ring), so
+  // a release plan stages weights in smem only when they are fp32 of a 16-bit x; nullptr is never
+  // launched (launch_fwd checks). A tuning build reaches these with KP_NORM_FWD_WREG=0.
+  if constexpr (WM == kWSmem && sizeof(W) == sizeof(T)) return nullptr;
+#endif
   return rms ? fwd_ring_ptr<T, W, false, true, WM>() : fwd_ring_ptr<T, W, false, false, WM>();
 }
 // kWReg only without a residual (the residual ring kernels spill at 128 registers; not measured)
@@ -358,6 +365,7 @@ void launch_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
   p.has_w = a.w != nullptr; p.has_b = a.b != nullptr;
   p.has_res = res; p.has_res_out = a.res_out != nullptr;
   KP_CHECK_ARG(pl.grid <= INT32_MAX, "too many rows for one launch");
+  if (!pl.kernel) throw std::logic_error("kp_norm: the forward plan chose a kernel this build does not hold");
   kp::launch(pl.kernel, device, dim3(static_cast<unsigned>(pl.grid)), dim3(pl.t.threads), pl.smem, stream,
              pl.t.multipass ? 1 : pl.t.csize, p);
 }
