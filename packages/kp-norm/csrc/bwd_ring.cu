@@ -1,4 +1,4 @@
-// The ring backward kernels (132 an arch), instantiated through their address getters: the
+// The ring backward kernels (102 an arch), instantiated through their address getters: the
 // ones the plan (norm_bwd.cu) can choose in a release build.
 #include "bwd_kernels.cuh"
 
@@ -9,25 +9,15 @@ namespace kp_norm {
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, false, 0, 128>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, false, 0, 256>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, false, 0, 512>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, false, 1, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, false, 1, 128>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, false, 1, 256>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, false, 1, 512>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 0, 128>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 0, 256>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 0, 512>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 1, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 1, 128>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 1, 256>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 1, 512>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 2, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 2, 128>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 2, 256>();
-template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, false, true, 2, 512>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 8, true, false, 0, 0>();
@@ -62,25 +52,15 @@ template BwdKernel bwd_ring_ptr<__half, float, float, 8, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, false, 0, 128>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, false, 0, 256>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, false, 0, 512>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, false, 1, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, false, 1, 128>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, false, 1, 256>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, false, 1, 512>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, true, 0, 128>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, true, 0, 256>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, true, 0, 512>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, true, 1, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, true, 1, 128>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, true, 1, 256>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, true, 1, 512>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, true, 2, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, true, 2, 128>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, true, 2, 256>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, true, 2, 512>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 8, true, false, 0, 0>();
@@ -115,25 +95,15 @@ template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 8, true, true, 0, 0
 template BwdKernel bwd_ring_ptr<float, float, float, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<float, float, float, 32, false, false, 0, 128>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, false, 0, 256>();
-template BwdKernel bwd_ring_ptr<float, float, float, 32, false, false, 0, 512>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, false, 1, 0>();
-template BwdKernel bwd_ring_ptr<float, float, float, 32, false, false, 1, 128>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, false, 1, 256>();
-template BwdKernel bwd_ring_ptr<float, float, float, 32, false, false, 1, 512>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 0, 128>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 0, 256>();
-template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 0, 512>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 1, 0>();
-template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 1, 128>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 1, 256>();
-template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 1, 512>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 2, 0>();
-template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 2, 128>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 2, 256>();
-template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 2, 512>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 8, true, false, 0, 0>();

@@ -1,4 +1,4 @@
-// The direct forward kernels (118 an arch), instantiated through their address getters: the ones
+// The direct forward kernels (114 an arch), instantiated through their address getters: the ones
 // the plan (norm_fwd.cu) can choose in a release build.
 #include "fwd_kernels.cuh"
 
@@ -22,13 +22,11 @@ template FwdKernel fwd_direct_ptr<__half, __half, 16, true, true, true, 0, 1, 0>
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, false, 128, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, false, 256, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, false, 32, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, false, 512, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, false, 64, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, true, 128, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, true, 256, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, true, 32, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, true, 512, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, true, 64, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, true, false, 0, 1, 0>();
@@ -73,13 +71,11 @@ template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 16, true, true, 
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, false, 128, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, false, 256, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, false, 32, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, false, 512, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, false, 64, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, true, 128, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, true, 256, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, true, 32, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, true, 512, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, true, 64, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, true, false, 0, 1, 0>();

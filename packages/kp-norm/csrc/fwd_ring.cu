@@ -1,4 +1,4 @@
-// The ring forward kernels (58 an arch), instantiated through their address getters: the ones
+// The ring forward kernels (52 an arch), instantiated through their address getters: the ones
 // the plan (norm_fwd.cu) can choose in a release build.
 #include "fwd_kernels.cuh"
 
@@ -8,12 +8,10 @@ namespace kp_norm {
 // clang-format off
 template FwdKernel fwd_ring_ptr<__half, __half, false, false, 0, 0>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, false, 2, 0>();
-template FwdKernel fwd_ring_ptr<__half, __half, false, false, 2, 128>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, false, 2, 256>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, false, 2, 512>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, true, 0, 0>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, true, 2, 0>();
-template FwdKernel fwd_ring_ptr<__half, __half, false, true, 2, 128>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, true, 2, 256>();
 template FwdKernel fwd_ring_ptr<__half, __half, false, true, 2, 512>();
 template FwdKernel fwd_ring_ptr<__half, __half, true, false, 0, 0>();
@@ -30,12 +28,10 @@ template FwdKernel fwd_ring_ptr<__half, float, true, true, 0, 0>();
 template FwdKernel fwd_ring_ptr<__half, float, true, true, 1, 0>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, false, 0, 0>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, false, 2, 0>();
-template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, false, 2, 128>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, false, 2, 256>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, false, 2, 512>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, true, 0, 0>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, true, 2, 0>();
-template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, true, 2, 128>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, true, 2, 256>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, false, true, 2, 512>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, true, false, 0, 0>();
@@ -52,12 +48,10 @@ template FwdKernel fwd_ring_ptr<__nv_bfloat16, float, true, true, 0, 0>();
 template FwdKernel fwd_ring_ptr<__nv_bfloat16, float, true, true, 1, 0>();
 template FwdKernel fwd_ring_ptr<float, float, false, false, 0, 0>();
 template FwdKernel fwd_ring_ptr<float, float, false, false, 2, 0>();
-template FwdKernel fwd_ring_ptr<float, float, false, false, 2, 128>();
 template FwdKernel fwd_ring_ptr<float, float, false, false, 2, 256>();
 template FwdKernel fwd_ring_ptr<float, float, false, false, 2, 512>();
 template FwdKernel fwd_ring_ptr<float, float, false, true, 0, 0>();
 template FwdKernel fwd_ring_ptr<float, float, false, true, 2, 0>();
-template FwdKernel fwd_ring_ptr<float, float, false, true, 2, 128>();
 template FwdKernel fwd_ring_ptr<float, float, false, true, 2, 256>();
 template FwdKernel fwd_ring_ptr<float, float, false, true, 2, 512>();
 template FwdKernel fwd_ring_ptr<float, float, true, false, 0, 0>();

@@ -90,9 +90,17 @@ BwdKernel ring_ft_t(bool db, int wrp) {
                : wrp == 2 ? bwd_ring_ptr<T, T, T, 32, false, true, 2, FT>() : bwd_ring_ptr<T, T, T, 32, false, true, 1, FT>();
   return db ? bwd_ring_ptr<T, T, T, 32, false, true, false, FT>() : bwd_ring_ptr<T, T, T, 32, false, false, false, FT>();
 }
+// Release plans take the 256-thread twins only (rows of 8K-64K: clusters of 256-thread CTAs). No
+// release plan fills 128 threads (4K rows take the tile kernel), and at 512 threads (128K+) the
+// twin lost: H100, bf16, % of copy at 256K without / with it, LayerNorm 88.2 / 82.3, RMSNorm 89.7 /
+// 89.5 (docs/benchmarks/h100/sweep-twins-2026-11-23.json). Tuning builds keep both (sweeps).
 template <typename T>
 BwdKernel ring_ft(int threads, bool db, int wrp) {
-  return threads == 512 ? ring_ft_t<T, 512>(db, wrp) : threads == 256 ? ring_ft_t<T, 256>(db, wrp) : ring_ft_t<T, 128>(db, wrp);
+#ifdef KP_NORM_TUNING
+  if (threads == 512) return ring_ft_t<T, 512>(db, wrp);
+  if (threads == 128) return ring_ft_t<T, 128>(db, wrp);
+#endif
+  return threads == 256 ? ring_ft_t<T, 256>(db, wrp) : nullptr;
 }
 
 // Tile kernels. M rows a tile: as many (4, 2 or 1) as keep a tile's raw packets (dy, x, dres:
@@ -331,7 +339,7 @@ void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
     if constexpr (std::is_same_v<T, X>)
       if (pl.merge == 0 && pl.t.e == 32 && (thr == 128 || thr == 256 || thr == 512) && (sizeof(T) == 4 || !w_f32) &&
           int64_t{pl.t.csize} * thr * 32 == a.cols && tune("KP_NORM_BWD_FT", 1))
-        pl.kernel = ring_ft<T>(thr, db, kind);
+        if (BwdKernel ft = ring_ft<T>(thr, db, kind)) pl.kernel = ft;
     if (pl.wrp && !wrp && !a.dres) {
       pl.t.stages = std::max(1, static_cast<int>((pl.smem - pl.fixed) / pl.per_stage));
       pl.smem = static_cast<size_t>(pl.t.stages) * pl.per_stage + pl.fixed;

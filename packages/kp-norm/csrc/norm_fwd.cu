@@ -43,7 +43,9 @@ FwdKernel ring_for_w(int wm, bool res, bool rms, int ft) {
       switch (ft) {
         case kMaxThreads: return ring_wreg<T, W, kMaxThreads>(rms);
         case kMaxThreads / 2: return ring_wreg<T, W, kMaxThreads / 2>(rms);
+#ifdef KP_NORM_TUNING  // no release plan fills 128-thread CTAs (rows of 8K: the direct kernel)
         case kMaxThreads / 4: return ring_wreg<T, W, kMaxThreads / 4>(rms);
+#endif
         default: return ring_wreg<T, W, 0>(rms);
       }
     }
@@ -126,7 +128,12 @@ FwdKernel direct_ft_p(int tpr, int e, bool rms) {
     }
   }
   switch (tpr) {
-    case 32: return direct_ft_t<T, 32, 32, POL>(rms);
+    case 32:  // a release plan gives 16-bit 1K rows E = 16 (64 threads), never a warp of E = 32
+#ifdef KP_NORM_TUNING
+      return direct_ft_t<T, 32, 32, POL>(rms);
+#else
+      return nullptr;
+#endif
     case 64: return direct_ft_t<T, 32, 64, POL>(rms);
     case 128: return direct_ft_t<T, 32, 128, POL>(rms);
     case 256: return direct_ft_t<T, 32, 256, POL>(rms);
