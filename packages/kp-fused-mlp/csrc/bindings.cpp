@@ -10,9 +10,8 @@
 namespace py = pybind11;
 using kp_fused_mlp::SwigluArgs;
 
-static const void* cptr(uintptr_t v) { return reinterpret_cast<const void*>(v); }
-static void* mptr(uintptr_t v) { return reinterpret_cast<void*>(v); }
-static cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+using kp::py_ptr;
+using kp::py_stream;
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "kp-fused-mlp native CUDA kernels (SwiGLU)";
@@ -22,8 +21,8 @@ PYBIND11_MODULE(_C, m) {
       "swiglu_fwd",
       [](uintptr_t gate, int64_t gate_stride, uintptr_t up, int64_t up_stride, uintptr_t y, int64_t rows,
          int64_t cols, int dtype, int device, uintptr_t stream) {
-        SwigluArgs a{cptr(gate), gate_stride, cptr(up), up_stride, nullptr, 0, mptr(y), nullptr, rows, cols, dtype};
-        kp_fused_mlp::swiglu_fwd(a, device, stream_of(stream));
+        SwigluArgs a{py_ptr(gate), gate_stride, py_ptr(up), up_stride, nullptr, 0, py_ptr<void*>(y), nullptr, rows, cols, dtype};
+        kp_fused_mlp::swiglu_fwd(a, device, py_stream(stream));
       },
       py::arg("gate"), py::arg("gate_stride"), py::arg("up"), py::arg("up_stride"), py::arg("y"), py::arg("rows"),
       py::arg("cols"), py::arg("dtype"), py::arg("device"), py::arg("stream"),
@@ -32,9 +31,9 @@ PYBIND11_MODULE(_C, m) {
       "swiglu_bwd",
       [](uintptr_t dy, int64_t dy_stride, uintptr_t gate, int64_t gate_stride, uintptr_t up, int64_t up_stride,
          uintptr_t dgate, uintptr_t dup, int64_t rows, int64_t cols, int dtype, int device, uintptr_t stream) {
-        SwigluArgs a{cptr(gate), gate_stride, cptr(up), up_stride, cptr(dy), dy_stride, mptr(dgate), mptr(dup),
+        SwigluArgs a{py_ptr(gate), gate_stride, py_ptr(up), up_stride, py_ptr(dy), dy_stride, py_ptr<void*>(dgate), py_ptr<void*>(dup),
                      rows,       cols,        dtype};
-        kp_fused_mlp::swiglu_bwd(a, device, stream_of(stream));
+        kp_fused_mlp::swiglu_bwd(a, device, py_stream(stream));
       },
       py::arg("dy"), py::arg("dy_stride"), py::arg("gate"), py::arg("gate_stride"), py::arg("up"),
       py::arg("up_stride"), py::arg("dgate"), py::arg("dup"), py::arg("rows"), py::arg("cols"), py::arg("dtype"),

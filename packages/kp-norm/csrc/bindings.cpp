@@ -11,11 +11,8 @@ namespace py = pybind11;
 using kp_norm::BwdArgs;
 using kp_norm::FwdArgs;
 
-template <typename P>
-static P ptr(uintptr_t v) {
-  return reinterpret_cast<P>(v);
-}
-static cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+using kp::py_ptr;
+using kp::py_stream;
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "kp-norm native CUDA kernels (RMSNorm / LayerNorm, fused residual)";
@@ -27,11 +24,11 @@ PYBIND11_MODULE(_C, m) {
          int64_t y_stride, uintptr_t res_out, int64_t res_out_stride, uintptr_t mean, uintptr_t rstd, int64_t rows,
          int64_t cols, int act_dtype, int weight_dtype, int res_dtype, double eps, double weight_offset, bool is_rms,
          int device, uintptr_t stream) {
-        FwdArgs a{ptr<const void*>(x), x_stride, ptr<const void*>(res), res_stride, ptr<const void*>(w),
-                  ptr<const void*>(b), ptr<void*>(y), y_stride, ptr<void*>(res_out), res_out_stride,
-                  ptr<float*>(mean), ptr<float*>(rstd), rows, cols, act_dtype, weight_dtype, res_dtype,
+        FwdArgs a{py_ptr<const void*>(x), x_stride, py_ptr<const void*>(res), res_stride, py_ptr<const void*>(w),
+                  py_ptr<const void*>(b), py_ptr<void*>(y), y_stride, py_ptr<void*>(res_out), res_out_stride,
+                  py_ptr<float*>(mean), py_ptr<float*>(rstd), rows, cols, act_dtype, weight_dtype, res_dtype,
                   static_cast<float>(eps), static_cast<float>(weight_offset), is_rms};
-        kp_norm::norm_fwd(a, device, stream_of(stream));
+        kp_norm::norm_fwd(a, device, py_stream(stream));
       },
       py::arg("x"), py::arg("x_stride"), py::arg("res"), py::arg("res_stride"), py::arg("w"), py::arg("b"),
       py::arg("y"), py::arg("y_stride"), py::arg("res_out"), py::arg("res_out_stride"), py::arg("mean"),
@@ -47,10 +44,10 @@ PYBIND11_MODULE(_C, m) {
       "norm_fwd_rows",
       [](uintptr_t x, uintptr_t w, uintptr_t b, uintptr_t y, int64_t rows, int64_t cols, int act_dtype,
          int weight_dtype, double eps, double weight_offset, bool is_rms, int device, uintptr_t stream) {
-        FwdArgs a{ptr<const void*>(x), cols, nullptr, 0, ptr<const void*>(w), ptr<const void*>(b), ptr<void*>(y), cols,
+        FwdArgs a{py_ptr<const void*>(x), cols, nullptr, 0, py_ptr<const void*>(w), py_ptr<const void*>(b), py_ptr<void*>(y), cols,
                   nullptr, 0, nullptr, nullptr, rows, cols, act_dtype, weight_dtype, act_dtype,
                   static_cast<float>(eps), static_cast<float>(weight_offset), is_rms};
-        kp_norm::norm_fwd(a, device, stream_of(stream));
+        kp_norm::norm_fwd(a, device, py_stream(stream));
       },
       "norm_fwd for contiguous (rows, cols) x and y, without residual or saved statistics");
 
@@ -64,11 +61,11 @@ PYBIND11_MODULE(_C, m) {
          uintptr_t w, uintptr_t mean, uintptr_t rstd, uintptr_t dx, int64_t dx_stride, uintptr_t dw_partial,
          uintptr_t db_partial, int64_t num_partials, int64_t rows, int64_t cols, int act_dtype, int x_dtype,
          int weight_dtype, double weight_offset, bool is_rms, int device, uintptr_t stream) {
-        BwdArgs a{ptr<const void*>(dy), dy_stride, ptr<const void*>(x), x_stride, ptr<const void*>(dres),
-                  dres_stride, ptr<const void*>(w), ptr<const float*>(mean), ptr<const float*>(rstd),
-                  ptr<void*>(dx), dx_stride, ptr<float*>(dw_partial), ptr<float*>(db_partial), num_partials,
+        BwdArgs a{py_ptr<const void*>(dy), dy_stride, py_ptr<const void*>(x), x_stride, py_ptr<const void*>(dres),
+                  dres_stride, py_ptr<const void*>(w), py_ptr<const float*>(mean), py_ptr<const float*>(rstd),
+                  py_ptr<void*>(dx), dx_stride, py_ptr<float*>(dw_partial), py_ptr<float*>(db_partial), num_partials,
                   rows, cols, act_dtype, x_dtype, weight_dtype, static_cast<float>(weight_offset), is_rms};
-        kp_norm::norm_bwd(a, device, stream_of(stream));
+        kp_norm::norm_bwd(a, device, py_stream(stream));
       },
       py::arg("dy"), py::arg("dy_stride"), py::arg("x"), py::arg("x_stride"), py::arg("dres"),
       py::arg("dres_stride"), py::arg("w"), py::arg("mean"), py::arg("rstd"), py::arg("dx"), py::arg("dx_stride"),
@@ -81,8 +78,8 @@ PYBIND11_MODULE(_C, m) {
       "col_sum",
       [](uintptr_t partial, int64_t num_partials, int64_t cols, uintptr_t out, int out_dtype, int device,
          uintptr_t stream, uintptr_t partial2, uintptr_t out2) {
-        kp_norm::col_sum(ptr<const float*>(partial), num_partials, cols, ptr<void*>(out), out_dtype, device,
-                         stream_of(stream), ptr<const float*>(partial2), ptr<void*>(out2));
+        kp_norm::col_sum(py_ptr<const float*>(partial), num_partials, cols, py_ptr<void*>(out), out_dtype, device,
+                         py_stream(stream), py_ptr<const float*>(partial2), py_ptr<void*>(out2));
       },
       py::arg("partial"), py::arg("num_partials"), py::arg("cols"), py::arg("out"), py::arg("out_dtype"),
       py::arg("device"), py::arg("stream"), py::arg("partial2") = 0, py::arg("out2") = 0,

@@ -1,4 +1,5 @@
-// The four functions every kp_<pkg>._C module exports (docs/architecture.md, "The native boundary"):
+// py_ptr / py_stream: pointers and streams as Python ints. The four functions every kp_<pkg>._C
+// module exports (docs/architecture.md, "The native boundary"):
 //   compiled_archs() -> list[int]   SM versions with machine code in the binary
 //   ptx_archs() -> list[int]        virtual archs embedded as PTX (JIT-compiled for newer GPUs)
 //   cuda_runtime_version() -> int   CUDART_VERSION at build time (cudart is linked statically)
@@ -11,6 +12,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,14 @@
 #endif
 
 namespace kp {
+
+// The native boundary's conversions: device pointers and CUDA streams arrive from Python as ints
+// (tensor.data_ptr(), torch.cuda.current_stream().cuda_stream).
+template <typename P = const void*>
+inline P py_ptr(uintptr_t v) {
+  return reinterpret_cast<P>(v);
+}
+inline cudaStream_t py_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
 
 inline std::vector<int> compiled_archs() { return std::vector<int>{KP_SASS_ARCHS}; }
 inline std::vector<int> ptx_archs() { return std::vector<int>{KP_PTX_ARCHS}; }
