@@ -564,7 +564,10 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
     team_sum<FT>(a, tpr, red[nred++ & 1]);
     m2 = a[0];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (csize > 1) m2 = cx.sum(0, make_float4(a[0], 0.f, 0.f, 0.f), csize).x;
+    if (csize > 1) {
+      cx.init_wait();
+      m2 = cx.sum(0, make_float4(a[0], 0.f, 0.f, 0.f), csize).x;
+    }
 #endif
   } else {
     team_sum<FT>(a, tpr, red[nred++ & 1]);
@@ -588,6 +591,7 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
     m2 = a[0];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (csize > 1) {
+      cx.init_wait();
       cx.send(0, make_float4(s_here, m2, static_cast<float>(n_here), 0.f), csize);
       chan_merge<false>(cx.wait(0, csize), csize, p.inv_cols, mean, m2);
     }
@@ -626,8 +630,9 @@ __global__ void __launch_bounds__((kDirectBoundThreads<FT, CAP>), (kDirectBoundB
   __shared__ __align__(16) float red[2][32];  // float2 views in team_mean_m2
   __shared__ kp::ClusterExchange cx;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Before any load: the barrier in init() then has no stores to wait for (see ClusterExchange).
-  if (!FT && p.csize > 1) cx.init(p.csize);
+  // Arrive before the loads, wait before the first send (direct_body): the barrier's latency
+  // overlaps the row's loads, which a CTA living for one row would otherwise wait behind.
+  if (!FT && p.csize > 1) cx.init_arrive(p.csize);
 #endif
   if constexpr (RES) {
     if (p.res_f32) direct_body<T, W, float, E, VECTOR, true, RMS, FT, POL, CAP>(p, red, cx);

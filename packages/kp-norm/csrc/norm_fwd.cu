@@ -260,7 +260,8 @@ FwdPlan plan_ring(int64_t rows, int64_t cols, bool res, bool res_f32, bool w_f32
 
 // Direct kernel plan: the row in registers, E values a thread.
 template <typename T>
-FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f32, bool rms, int device) {
+FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f32, bool rms, int device,
+                    int64_t max_cta_cols = int64_t{1} << 30) {
   FwdPlan pl;
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
@@ -290,7 +291,7 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
   } else {
     t.e = emax;
     const int maxthr = e16_twin && t.e == 16 ? kMaxTwinThreads : kMaxThreads;
-    t.csize = static_cast<int>(cdiv(cols, std::min<int64_t>(int64_t{maxthr} * t.e, tune("KP_NORM_FWD_DCPC", 1 << 30))));
+    t.csize = static_cast<int>(cdiv(cols, std::min<int64_t>({int64_t{maxthr} * t.e, max_cta_cols, tune("KP_NORM_FWD_DCPC", 1 << 30)})));
     if (t.csize > 1 && (dev.major < 9 || t.csize > kMaxCluster)) t.multipass = true;
     t.tpr = round_up(cdiv(cols, static_cast<int64_t>(t.csize) * t.e), 32);
     t.threads = t.tpr;
@@ -314,6 +315,27 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
   return pl;
 }
 
+// Wide rows the direct kernel takes over a cluster, one row a cluster of CTAs that each hold
+// `cta_cols` columns in registers (32 values a thread): RMSNorm with 16-bit x and weights (or
+// none), no residual, sm90, up to 16 such CTAs. Short-lived CTAs of 256 threads, four an SM,
+// whose cluster barrier overlaps their loads (ClusterExchange::init_arrive), keep more rows in
+// flight than the persistent ring. H100, bf16, % of copy at 32K / 64K / 128K: ring 94.5 / 94.9 /
+// 92.5 -> 98.8 / 98.7 / 95.1 (docs/journal/kp-norm.md, session 15). Where it lost: LayerNorm
+// (86.5 / 82.9 / 72.4: its two block reductions a row), 512-thread CTAs (98.3 / 95.9 / 92.2),
+// 64 values a thread (97.9 / 96.8 / 94.7), the row staged in smem instead of registers (<= 93).
+// Measured on the H100 only, so GPUs with faster DRAM an SM keep the ring.
+struct WideDirectRow {
+  int64_t max_cols;
+  int cta_cols;
+};
+constexpr WideDirectRow kWideDirectRms = {int64_t{kMaxCluster} * 8192, 8192};
+template <typename T>
+bool wide_direct(int64_t cols, bool res, bool w_f32, bool rms, int device) {
+  const auto& dev = kp::device_info(device);
+  return sizeof(T) == 2 && rms && !res && !w_f32 && dev.major >= 9 && !fast_dram(dev.mem_gbps, dev.sms) &&
+         cols <= kWideDirectRms.max_cols && tune("KP_NORM_FWD_WIDE", 1);
+}
+
 // Config table (DESIGN.md). Vector path: rows up to 16384 take the direct kernel (the row in
 // registers, up to E=32 values a thread with the fewest threads that cover the row; narrow rows
 // use warp or sub-warp teams, no CTA barrier); wider rows the ring kernel (the row in smem, larger
@@ -329,7 +351,9 @@ FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32
   const int directmax = tune("KP_NORM_FWD_DIRECTMAX", 16384);
   const int ln_directmax = tune("KP_NORM_FWD_LNDIRECTMAX", 16384);
   if (vector && cols > directmax) {
-    pl = plan_ring<T>(rows, cols, res, res_f32, w_f32, n_affine, rms, device);
+    if (wide_direct<T>(cols, res, w_f32, rms, device))
+      pl = plan_direct<T>(rows, cols, vector, res, w_f32, rms, device, kWideDirectRms.cta_cols);
+    if (!pl.kernel || pl.t.multipass) pl = plan_ring<T>(rows, cols, res, res_f32, w_f32, n_affine, rms, device);
   } else if (vector && !rms && !res && cols > ln_directmax) {
     pl = plan_ring<T>(rows, cols, res, res_f32, w_f32, n_affine, rms, device, /*ft_only=*/true);
     if (pl.t.multipass) pl = plan_direct<T>(rows, cols, vector, res, w_f32, rms, device);

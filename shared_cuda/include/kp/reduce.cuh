@@ -79,6 +79,11 @@ template <int N, int NW> __device__ __forceinline__ void block_sum_shfl(float (&
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void cluster_sync() { cluster_arrive(); cluster_wait(); }
+// No ordering of this thread's memory accesses (no MEMBAR): for a barrier that only says "this CTA
+// has started" (its mbarriers initialized, fenced by fence.mbarrier_init).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
@@ -140,12 +145,31 @@ struct ClusterExchangeN {
   // a cluster barrier: no CTA may push into an mbarrier that is not initialized yet).
   __device__ __forceinline__ void init(int csize) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    init_mbarriers(csize);
+    cluster_sync();
+#endif
+  }
+  // init() in two halves, so that a short-lived CTA's first loads overlap the cluster barrier:
+  // init_arrive() before them (a relaxed arrive: the fence in init_mbarriers() is what publishes
+  // the mbarriers, so no MEMBAR is needed), init_wait() before the first send.
+  __device__ __forceinline__ void init_arrive(int csize) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    init_mbarriers(csize);
+    cluster_arrive_relaxed();
+#endif
+  }
+  __device__ __forceinline__ void init_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cluster_wait();
+#endif
+  }
+  __device__ __forceinline__ void init_mbarriers(int csize) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (threadIdx.x == 0) {
       for (int b = 0; b < NB; ++b) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(saddr(&bar[b])) : "memory");
       asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
       for (int b = 0; b < NB; ++b) arm(b, csize);
     }
-    cluster_sync();
 #endif
   }
   // Row k's partial v (the same in every thread of this CTA): lanes < csize of warp 0 push it to
