@@ -7,7 +7,7 @@ namespace kp_norm {
 
 void col_sum(const float* partial, int64_t num_partials, int64_t cols, void* out, int out_dtype, int device,
              cudaStream_t stream, const float* partial2, void* out2) {
-  kp::col_sum(partial, num_partials, cols, out, out_dtype, device, stream, partial2, out2, tune("KP_NORM_COLSUM_PDL", 1));
+  kp::col_sum(partial, num_partials, cols, out, out_dtype, device, stream, partial2, out2, knob(Knob::ColsumPdl, 1));
 }
 
 }  // namespace kp_norm

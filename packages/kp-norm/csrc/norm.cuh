@@ -4,7 +4,11 @@
 #pragma once
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "kp/host.cuh"
 
@@ -37,7 +41,30 @@ struct BwdArgs {
   bool is_rms;
 };
 
+// What a plan depends on besides the device and the override: the call's signature (pointer
+// alignment enters as `vector`: 16-byte rows take the vector kernels, others the scalar ones).
+struct FwdSig {
+  int64_t cols = 0;
+  int act_dtype = 0, weight_dtype = 0, res_dtype = 0;  // weight_dtype: of w (or b), else act_dtype
+  bool vector = true, res = false, rms = true;
+  int n_affine = 0;  // parameter vectors read: the weight, and LayerNorm's bias
+};
+struct BwdSig {
+  int64_t cols = 0;
+  int act_dtype = 0, x_dtype = 0, weight_dtype = 0;
+  bool vector = true, db = false, dres = false;
+};
+// A plan as `plan()` reports it to Python: the table row that chose it, the kernel and its launch.
+struct PlanInfo {
+  std::string row, kernel;
+  int e = 0, tpr = 0, csize = 1, threads = 0, stages = 0, nv = 0, wrp = 0, tile_m = 0;
+  bool multipass = false;
+  int64_t smem = 0, grid = 0, partials = 0;
+};
+
 void norm_fwd(const FwdArgs& a, int device, cudaStream_t stream);
+PlanInfo norm_fwd_plan(const FwdSig& s, int64_t rows, int device);
+PlanInfo norm_bwd_plan(const BwdSig& s, int64_t rows, int device);
 int64_t norm_bwd_partials(int64_t rows, int64_t cols, int act_dtype, int x_dtype, bool with_db, int device);
 void norm_bwd(const BwdArgs& a, int device, cudaStream_t stream);
 // out[j] = sum_p partial[p, j]; with partial2/out2 also out2 from partial2, in the same launch.
@@ -85,24 +112,115 @@ struct BwdParams {
   bool is_rms, w_f32, has_w;
 };
 
-// Development knob: with -DKP_NORM_TUNING, config constants can be overridden per call from the
-// environment (KP_NORM_<NAME>) for sweeps; a release build compiles it to the default.
-#ifdef KP_NORM_TUNING
-}  // namespace kp_norm
-#include <cstdlib>
-namespace kp_norm {
-inline int tune(const char* name, int def) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : def;
+// ---- plan override (sweeps) -----------------------------------------------------------------
+// The plan tables (norm_fwd.cu, norm_bwd.cu) decide every launch. For sweeps, a process-wide
+// override replaces single table values by name: Python's `kp_norm.plan_override(fwd_stages=2)`
+// (a context manager), never the environment. Every plan cache key carries the override's
+// generation, so a change re-plans. An override that reaches a kernel outside the release lists
+// raises in a release build (a `KP_NORM_TUNING` build instantiates every kernel the plan can name).
+enum class Knob : int {
+  FwdDirectmax,
+  FwdLndirectmax,
+  FwdWide,
+  FwdLne16max,
+  FwdRmse16max,
+  FwdRmse16twinmax,
+  FwdLne16twinmax,
+  FwdDft,
+  FwdEmax,
+  FwdDcpc,
+  FwdCap,
+  FwdPol,
+  FwdMaxcpt,
+  FwdRthreads,
+  FwdWreg,
+  FwdRingws,
+  FwdWsmem,
+  FwdFull,
+  FwdRingwr,
+  FwdRing,
+  FwdStages,
+  FwdNp,
+  BwdTilemin,
+  BwdTilemax,
+  BwdTile,
+  BwdE,
+  BwdCpc,
+  BwdBpsmax,
+  BwdRing,
+  BwdStages,
+  BwdWrpdbcols,
+  BwdWrp,
+  BwdWsm,
+  BwdFt,
+  FastdramGbpsm,
+  ColsumPdl,
+  kCount
+};
+constexpr const char* kKnobNames[] = {
+    "fwd_directmax",
+    "fwd_lndirectmax",
+    "fwd_wide",
+    "fwd_lne16max",
+    "fwd_rmse16max",
+    "fwd_rmse16twinmax",
+    "fwd_lne16twinmax",
+    "fwd_dft",
+    "fwd_emax",
+    "fwd_dcpc",
+    "fwd_cap",
+    "fwd_pol",
+    "fwd_maxcpt",
+    "fwd_rthreads",
+    "fwd_wreg",
+    "fwd_ringws",
+    "fwd_wsmem",
+    "fwd_full",
+    "fwd_ringwr",
+    "fwd_ring",
+    "fwd_stages",
+    "fwd_np",
+    "bwd_tilemin",
+    "bwd_tilemax",
+    "bwd_tile",
+    "bwd_e",
+    "bwd_cpc",
+    "bwd_bpsmax",
+    "bwd_ring",
+    "bwd_stages",
+    "bwd_wrpdbcols",
+    "bwd_wrp",
+    "bwd_wsm",
+    "bwd_ft",
+    "fastdram_gbpsm",
+    "colsum_pdl"};
+static_assert(sizeof(kKnobNames) / sizeof(kKnobNames[0]) == static_cast<int>(Knob::kCount), "one name a knob");
+
+struct Override {
+  std::atomic<bool> any{false};
+  std::atomic<int64_t> generation{0};
+  int value[static_cast<int>(Knob::kCount)] = {};
+  bool set[static_cast<int>(Knob::kCount)] = {};
+};
+inline Override& plan_override() {
+  static Override o;
+  return o;
 }
-#else
-inline int tune(const char*, int def) { return def; }
-#endif
+// The table value `def`, or the override's. Set overrides between calls, from one thread.
+inline int knob(Knob k, int def) {
+  const Override& o = plan_override();
+  if (!o.any.load(std::memory_order_acquire)) return def;
+  return o.set[static_cast<int>(k)] ? o.value[static_cast<int>(k)] : def;
+}
+inline int64_t override_generation() { return plan_override().generation.load(std::memory_order_acquire); }
+// Replace the override (an empty list clears it). Unknown names raise ValueError.
+void set_plan_override(const std::vector<std::pair<std::string, int>>& values);
 
 // DRAM bandwidth an SM (GB/s) splits a few plans: at >= 30 (H200: 36) an SM needs more bytes in
 // flight than at the H100 SXM's 25, and some choices tuned on one GPU lost on the other
 // (docs/journal/kp-norm.md, session 9: LayerNorm forward E = 16 at 2K, the backward's WRP with db).
-inline bool fast_dram(int mem_gbps, int sms) { return mem_gbps >= tune("KP_NORM_FASTDRAM_GBPSM", 30) * sms; }
+// The tables name the two classes in their columns: `slow` (H100) and `fast` (H200).
+inline bool fast_dram(int mem_gbps, int sms) { return mem_gbps >= knob(Knob::FastdramGbpsm, 30) * sms; }
 
 using kp::cdiv;
 using kp::next_pow2;

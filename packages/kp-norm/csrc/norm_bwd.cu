@@ -2,12 +2,15 @@
 // are declared in bwd_kernels.h and instantiated in bwd_ring.cu, bwd_direct.cu, bwd_tile.cu and
 // bwd_multipass.cu); the dw/db column sums go through col_sum.cu.
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 
 #include "kp/error.cuh"
 #include "kp/host.cuh"
 #include "kp/launch.cuh"
+#include "kp/plan_cache.h"
+#include "plan_table.h"
 #ifdef KP_NORM_TUNING  // tuning builds reach kernels beyond the release lists: instantiate here
 #include "bwd_kernels.cuh"
 #else
@@ -29,6 +32,7 @@ struct Plan {
   size_t fixed = 0;       // smem besides the ring (w_eff / raw w)
   int wrp = 0;            // the plan's kernel is a WRP one, of this kind (launch_bwd may fall back, see plan_bwd)
   int tile_m = 0;         // > 0: bwd_tile_kernel, this many rows a tile (without dres: the partial count's)
+  const char* row = "";   // the table row that chose this plan (plan() reports it)
 };
 
 // Ring kernel smem: bytes a stage (without / with dres) and besides the ring, by WRP kind (see
@@ -121,7 +125,76 @@ BwdKernel tile_for(bool db, bool hd) {
             : bwd_tile_ptr<T, X, kTileE, tile_m<T, X, false, false>(), false, false>();
 }
 
-// Config table (DESIGN.md). The plan (and so the number of partials) depends on the shape, dtypes,
+// WRP (see bwd_ring_kernel) for a vector ring plan, where it wins: w as raw packets (registers;
+// WRP = 2: 16-bit smem), the fp32 w_eff's smem to the ring. Only with 3+ stages: the
+// pipelined loop keeps S - 2 rows in flight during pass 1. Chosen without looking at the
+// weight dtype or dres, like the partial count: launch_bwd runs the non-WRP kernel, w_eff
+// back in the same smem, for fp32 weights of a 16-bit T (no WRP twin) or when dres leaves
+// fewer than 2 stages. The grid is this plan's, so WRP is taken only where both fallbacks,
+// at this smem, are as resident as the WRP kernel (they take no more smem, and residency
+// only grows as smem shrinks): the grid is one resident wave whichever kernel runs.
+// With db (E = 32 only) w's registers come on top of both accumulator sets: no w_eff smem
+// means the ring gets the no-db budget, and the pipelined loop hides the cluster exchange
+// that the non-WRP loop waits on (ncu, H100 LayerNorm 64K: 12-26% of stall samples).
+// Which widths take it with db: kBwd.wrp_db_min_cols (plan_table.h), per GPU class.
+template <typename T, typename X>
+void choose_wrp(Plan& pl, int64_t cols, bool db, bool wt, int budget, int device) {
+  Team& t = pl.t;
+  const auto& dev = kp::device_info(device);
+  auto sizes = [&](int wrp) { return ring_smem_for(t.threads, t.e, sizeof(T), sizeof(X), sizeof(T), wrp); };
+  const RingSmem r0 = sizes(0);
+  const int wrp_db_above = knob(Knob::BwdWrpdbcols, kBwd.wrp_db_min_cols.at(fast_dram(dev.mem_gbps, dev.sms)));
+  const bool wrp_db = db && t.e == 32 && cols > wrp_db_above;
+  // WRP = 2 (db only): w in smem at half the bytes of w_eff, so the registers that spilled in
+  // WRP = 1 stay free. Taken where it keeps as many teams resident as WRP = 1 (256K: both one
+  // 512-thread CTA an SM; at 16K-64K its extra 16 KB would cost the second CTA).
+  if (pl.t.multipass || wt || (db && !wrp_db) || !knob(Knob::BwdWrp, 1)) return;
+  const int budget_w = db ? knob(Knob::BwdRing, t.csize > 1 ? kBwd.ring_budget_deep : kBwd.ring_budget) : budget;
+  struct Cand {
+    int wrp = 0, stages = 0, resident = 0;
+    size_t smem = 0;
+    RingSmem rs{};
+    BwdKernel k = nullptr;
+  };
+  auto candidate = [&](int wrp) {
+    Cand c;
+    c.wrp = wrp;
+    c.rs = sizes(wrp);
+    c.k = ring_for<T, X>(t.e, false, false, db, wrp);
+    const int bpw = std::max(1, kp::blocks_per_sm(reinterpret_cast<const void*>(c.k), device, t.threads, 0));
+    c.stages = std::min({knob(Knob::BwdStages, 4), budget_w / (bpw * c.rs.stage),
+                         (dev.smem_optin - kStaticSmemSlack - static_cast<int>(c.rs.fixed)) / c.rs.stage});
+    c.smem = static_cast<size_t>(std::max(0, c.stages)) * c.rs.stage + c.rs.fixed;
+    if (c.stages < 3 || c.smem < r0.fixed + r0.stage) return c;  // the fallback needs one stage
+    auto resident = [&](BwdKernel k) {
+      const void* f = reinterpret_cast<const void*>(k);
+      return t.csize > 1 ? kp::max_active_clusters(f, device, t.threads, c.smem, t.csize)
+                         : kp::blocks_per_sm(f, device, t.threads, c.smem);
+    };
+    const int rw = resident(c.k);
+    if (resident(pl.kernel) >= rw &&
+        (sizeof(T) == sizeof(float) || resident(ring_for<T, X>(t.e, false, true, db)) >= rw))
+      c.resident = rw;
+    return c;
+  };
+  Cand best = candidate(1);
+  const int wsm = db ? knob(Knob::BwdWsm, 1) : 0;  // 2: whenever it fits (sweeps)
+  if (wsm) {
+    const Cand c2 = candidate(2);
+    if (c2.resident >= 1 && (wsm == 2 || c2.resident >= best.resident)) best = c2;
+  }
+  if (best.resident >= 1) {
+    pl.kernel = best.k;
+    pl.wrp = best.wrp;
+    pl.per_stage = best.rs.stage;
+    pl.per_stage_dres = best.rs.stage_dres;
+    pl.fixed = best.rs.fixed;
+    t.stages = best.stages;
+    pl.smem = best.smem;
+  }
+}
+
+// The backward rows of plan_table.h. The plan (and so the number of partials) depends on the shape, dtypes,
 // whether db is wanted (its accumulators cost registers, so occupancy) and the device; never on
 // dres or the weight dtype.
 template <typename T, typename X>
@@ -130,12 +203,13 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
   // Rows of 1K-4K: the tile kernel (see bwd_tile_kernel). Sized, like every plan, without dres.
-  if (vector && cols > tune("KP_NORM_BWD_TILEMIN", 1024) && cols <= tune("KP_NORM_BWD_TILEMAX", 4096) &&
-      round_up(cdiv(cols, kTileE), 32) <= kTileMaxThreads && tune("KP_NORM_BWD_TILE", 1)) {
+  if (vector && cols > knob(Knob::BwdTilemin, kBwd.tile_min) && cols <= knob(Knob::BwdTilemax, kBwd.tile_max) &&
+      round_up(cdiv(cols, kTileE), 32) <= kTileMaxThreads && knob(Knob::BwdTile, 1)) {
     t.e = kTileE;
     t.tpr = t.threads = round_up(cdiv(cols, kTileE), 32);
     pl.tile_m = db ? tile_m<T, X, true, false>() : tile_m<T, X, false, false>();
     pl.kernel = tile_for<T, X>(db, false);
+    pl.row = "tile";
     return pl;
   }
   // E: accumulator registers a thread. Rows up to 1024: warp teams (E 8 / 16 / 32) whose CTA
@@ -149,7 +223,7 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
     t.e = cols <= 256 ? 8 : cols <= 512 ? 16 : 32;
     wt = true;
   } else {
-    t.e = tune("KP_NORM_BWD_E", 32);
+    t.e = knob(Knob::BwdE, 32);
     wt = false;
   }
   if (wt) {
@@ -160,8 +234,8 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
     // Columns a CTA: on sm90, rows of 8K-64K go to clusters of 256-thread CTAs (two resident an
     // SM: one CTA's reduction and cluster barrier overlap the other's passes); wider rows, and
     // GPUs without clusters, use up to 512 threads.
-    const int64_t split = dev.major >= 9 && cols <= 65536 ? 8192 : int64_t{1} << 30;
-    const int64_t cpc = std::min<int64_t>(int64_t{kMaxThreads} * t.e, tune("KP_NORM_BWD_CPC", static_cast<int>(split)));
+    const int64_t split = dev.major >= 9 && cols <= kBwd.cluster_split_max ? kBwd.cta_cols : int64_t{1} << 30;
+    const int64_t cpc = std::min<int64_t>(int64_t{kMaxThreads} * t.e, knob(Knob::BwdCpc, static_cast<int>(split)));
     t.csize = static_cast<int>(cdiv(cols, cpc));
     if (vector && t.csize > kMaxCluster) {  // wider accumulators / CTAs rather than >16 CTAs
       t.e = 32;
@@ -181,7 +255,7 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
       pl.per_stage = r0.stage;
       pl.per_stage_dres = r0.stage_dres;
       pl.fixed = r0.fixed;  // w_eff
-      const int bps = std::max(1, std::min(tune("KP_NORM_BWD_BPSMAX", 64),
+      const int bps = std::max(1, std::min(knob(Knob::BwdBpsmax, 64),
                                            kp::blocks_per_sm(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0)));
       // Ring depth: up to 4 stages within a budget per SM and the per-CTA smem limit. A stage is
       // refilled as soon as pass 2 has read it, so S stages keep S rows in flight. Clusters (rows
@@ -189,78 +263,14 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
       // 85% of copy). With db it would cost the second CTA an SM, whose passes hide this one's
       // reductions (H200, 16K/64K: 68/60 at 225 KB, 80/72 at 160 KB).
       const int cap = dev.smem_optin - kStaticSmemSlack - static_cast<int>(pl.fixed);
-      const int budget = tune("KP_NORM_BWD_RING", t.csize > 1 && !db ? 225 << 10 : 160 << 10);
+      const int budget = knob(Knob::BwdRing, t.csize > 1 && !db ? kBwd.ring_budget_deep : kBwd.ring_budget);
       // With dres, launch_bwd refits the stages into this smem (one dres stage must fit, below);
       // capping the stages here by the dres stage size instead left the 512-thread db plans of
       // 128K/256K with one stage (H200 LayerNorm 256K: 51 -> 63% of copy with two).
-      t.stages = std::max(1, std::min({tune("KP_NORM_BWD_STAGES", 4), budget / (bps * pl.per_stage), cap / pl.per_stage}));
+      t.stages = std::max(1, std::min({knob(Knob::BwdStages, 4), budget / (bps * pl.per_stage), cap / pl.per_stage}));
       pl.smem = std::max(pl.merge, static_cast<size_t>(t.stages) * pl.per_stage + pl.fixed);
       if (pl.per_stage_dres > cap) t.multipass = true;
-      // WRP (see bwd_ring_kernel): w as raw packets (registers; WRP = 2: 16-bit smem), the fp32
-      // w_eff's smem to the ring. Only with 3+ stages: the
-      // pipelined loop keeps S - 2 rows in flight during pass 1. Chosen without looking at the
-      // weight dtype or dres, like the partial count: launch_bwd runs the non-WRP kernel, w_eff
-      // back in the same smem, for fp32 weights of a 16-bit T (no WRP twin) or when dres leaves
-      // fewer than 2 stages. The grid is this plan's, so WRP is taken only where both fallbacks,
-      // at this smem, are as resident as the WRP kernel (they take no more smem, and residency
-      // only grows as smem shrinks): the grid is one resident wave whichever kernel runs.
-      // With db (E = 32 only) w's registers come on top of both accumulator sets: no w_eff smem
-      // means the ring gets the no-db budget, and the pipelined loop hides the cluster exchange
-      // that the non-WRP loop waits on (ncu, H100 LayerNorm 64K: 12-26% of stall samples).
-      // Clusters of 4+ only: at 16K (2 CTAs) the exchange is short and the plain loop, w_eff
-      // made once, won in 2 of 3 H100 runs (kernel alone 89.3-89.6 vs 87.0).
-      // Not on GPUs with fast DRAM for their SM count: on the H200 the plain loop read 79 vs 64
-      // (64K) and 67 vs 61 (256K) in two rounds (docs/journal/kp-norm.md, session 9).
-      const bool wrp_db = db && t.e == 32 && t.csize >= tune("KP_NORM_BWD_WRPDBCS", 4) &&
-                          tune("KP_NORM_BWD_WRPDB", fast_dram(dev.mem_gbps, dev.sms) ? 0 : 1);
-      // WRP = 2 (db only): w in smem at half the bytes of w_eff, so the registers that spilled in
-      // WRP = 1 stay free. Taken where it keeps as many teams resident as WRP = 1 (256K: both one
-      // 512-thread CTA an SM; at 16K-64K its extra 16 KB would cost the second CTA).
-      if (!t.multipass && !wt && (!db || wrp_db) && tune("KP_NORM_BWD_WRP", 1)) {
-        const int budget_w = db ? tune("KP_NORM_BWD_RING", t.csize > 1 ? 225 << 10 : 160 << 10) : budget;
-        struct Cand {
-          int wrp = 0, stages = 0, resident = 0;
-          size_t smem = 0;
-          RingSmem rs{};
-          BwdKernel k = nullptr;
-        };
-        auto candidate = [&](int wrp) {
-          Cand c;
-          c.wrp = wrp;
-          c.rs = sizes(wrp);
-          c.k = ring_for<T, X>(t.e, false, false, db, wrp);
-          const int bpw = std::max(1, kp::blocks_per_sm(reinterpret_cast<const void*>(c.k), device, t.threads, 0));
-          c.stages = std::min({tune("KP_NORM_BWD_STAGES", 4), budget_w / (bpw * c.rs.stage),
-                               (dev.smem_optin - kStaticSmemSlack - static_cast<int>(c.rs.fixed)) / c.rs.stage});
-          c.smem = static_cast<size_t>(std::max(0, c.stages)) * c.rs.stage + c.rs.fixed;
-          if (c.stages < 3 || c.smem < r0.fixed + r0.stage) return c;  // the fallback needs one stage
-          auto resident = [&](BwdKernel k) {
-            const void* f = reinterpret_cast<const void*>(k);
-            return t.csize > 1 ? kp::max_active_clusters(f, device, t.threads, c.smem, t.csize)
-                               : kp::blocks_per_sm(f, device, t.threads, c.smem);
-          };
-          const int rw = resident(c.k);
-          if (resident(pl.kernel) >= rw &&
-              (sizeof(T) == sizeof(float) || resident(ring_for<T, X>(t.e, false, true, db)) >= rw))
-            c.resident = rw;
-          return c;
-        };
-        Cand best = candidate(1);
-        const int wsm = db ? tune("KP_NORM_BWD_WSM", 1) : 0;  // 2: whenever it fits (sweeps)
-        if (wsm) {
-          const Cand c2 = candidate(2);
-          if (c2.resident >= 1 && (wsm == 2 || c2.resident >= best.resident)) best = c2;
-        }
-        if (best.resident >= 1) {
-          pl.kernel = best.k;
-          pl.wrp = best.wrp;
-          pl.per_stage = best.rs.stage;
-          pl.per_stage_dres = best.rs.stage_dres;
-          pl.fixed = best.rs.fixed;
-          t.stages = best.stages;
-          pl.smem = best.smem;
-        }
-      }
+      choose_wrp<T, X>(pl, cols, db, wt, budget, device);
     } else {
       pl.kernel = bwd_direct_ptr<T, X>();
       pl.smem = pl.merge;
@@ -274,8 +284,20 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
     pl.t.multipass = true;
     pl.t.threads = pl.t.tpr = kMultiThreads;
     pl.kernel = vector ? bwd_multipass_ptr<T, X, true>() : bwd_multipass_ptr<T, X, false>();
+    pl.row = "multipass";
+  } else {
+    pl.row = !vector ? "direct.scalar" : wt ? "ring.warp_teams" : pl.wrp == 2 ? "ring.wrp_smem" : pl.wrp == 1 ? "ring.wrp" :
+             t.csize > 1 ? "ring.cluster" : "ring.cta";
   }
   return pl;
+}
+
+// The plan of a shape, computed once (the key is everything plan_bwd reads).
+template <typename T, typename X>
+const Plan& cached_plan(int64_t cols, bool vector, bool db, int device) {
+  static kp::PlanCache<Plan, 5> cache;
+  return cache.get({device, cols, vector, db, override_generation()},
+                   [&] { return plan_bwd<T, X>(cols, vector, db, device); });
 }
 
 // Number of partial rows: as many teams as are resident at once, but no idle ones.
@@ -298,58 +320,77 @@ int64_t partials_for(int64_t rows, int64_t cols, bool db, int device) {
   constexpr int VEC = 16 / sizeof(T);
   // Alignment is unknown here, so the count comes from the plan the shape prefers; a call whose
   // pointers force the scalar path runs that path with the same number of partials.
-  return num_partials(plan_bwd<T, X>(cols, cols % VEC == 0, db, device), rows, device);
+  return num_partials(cached_plan<T, X>(cols, cols % VEC == 0, db, device), rows, device);
 }
 
+bool vector_rows(const BwdArgs& a) {
+  const int ts = kp::dtype_size(a.act_dtype), xs = kp::dtype_size(a.x_dtype), ws = kp::dtype_size(a.weight_dtype);
+  return a.cols % (16 / ts) == 0 && kp::rows_aligned16(a.dy, a.dy_stride, ts) &&
+         kp::rows_aligned16(a.x, a.x_stride, xs) && kp::rows_aligned16(a.dres, a.dres_stride, xs) &&
+         kp::rows_aligned16(a.dx, a.dx_stride, xs) && kp::rows_aligned16(a.w, 0, ws) &&
+         kp::rows_aligned16(a.dw_partial, 0, 4) && kp::rows_aligned16(a.db_partial, 0, 4);
+}
+
+// The launch of one call: the shape's cached plan with the kernel swapped for the call's weight
+// dtype and dres (same grid and partial count; plan_bwd says why that is safe), and the stages
+// refitted for dres.
 template <typename T, typename X>
-void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
-  constexpr int VEC = 16 / sizeof(T);
-  const bool db = a.db_partial != nullptr;
-  const int64_t parts = partials_for<T, X>(a.rows, a.cols, db, device);
-  KP_CHECK_ARG((!a.dw_partial && !a.db_partial) || a.num_partials == parts,
-               "num_partials is " + std::to_string(a.num_partials) + " but norm_bwd_partials gives " +
-                   std::to_string(parts) + " for this shape");
-  const int ws = kp::dtype_size(a.weight_dtype);
-  const bool vector =
-      a.cols % VEC == 0 && kp::rows_aligned16(a.dy, a.dy_stride, sizeof(T)) &&
-      kp::rows_aligned16(a.x, a.x_stride, sizeof(X)) && kp::rows_aligned16(a.dres, a.dres_stride, sizeof(X)) &&
-      kp::rows_aligned16(a.dx, a.dx_stride, sizeof(X)) && kp::rows_aligned16(a.w, 0, ws) &&
-      kp::rows_aligned16(a.dw_partial, 0, 4) && kp::rows_aligned16(a.db_partial, 0, 4);
-  Plan pl = plan_bwd<T, X>(a.cols, vector, db, device);
+Plan plan_for_call(const BwdSig& s, int device) {
+  Plan pl = cached_plan<T, X>(s.cols, s.vector, s.db, device);
+  const bool w_f32 = s.weight_dtype == kp::kF32;
   if (pl.tile_m) {
-    pl.kernel = tile_for<T, X>(db, a.dres != nullptr);
-  } else if (vector && !pl.t.multipass) {
-    const bool w_f32 = a.weight_dtype == kp::kF32;
+    pl.kernel = tile_for<T, X>(s.db, s.dres);
+  } else if (s.vector && !pl.t.multipass) {
     // A WRP plan falls back to the non-WRP kernel (same grid and smem, see plan_bwd) for fp32
     // weights of a 16-bit T, and when dres leaves fewer than the 2 stages its pipelined loop needs.
     const bool wrp = pl.wrp && (sizeof(T) == sizeof(float) || !w_f32) &&
-                     (!a.dres || pl.smem >= 2 * static_cast<size_t>(pl.per_stage_dres) + pl.fixed);
+                     (!s.dres || pl.smem >= 2 * static_cast<size_t>(pl.per_stage_dres) + pl.fixed);
     if (pl.wrp && !wrp) {  // the WRP = 0 layout: w_eff, a (mean, rstd) pair a thread
       const RingSmem r0 = ring_smem_for(pl.t.threads, pl.t.e, sizeof(T), sizeof(X), sizeof(T), 0);
       pl.per_stage = r0.stage;
       pl.per_stage_dres = r0.stage_dres;
       pl.fixed = r0.fixed;
+      pl.row = pl.t.csize > 1 ? "ring.cluster" : "ring.cta";  // the fallback's own row
     }
     const int kind = wrp ? pl.wrp : 0;
-    pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, w_f32, db, kind);
+    pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, w_f32, s.db, kind);
     // The compile-time-geometry twin: same launch shape, no more registers (it drops the
     // bounds checks and the run-time offsets; ACC2 keeps its accumulators from spilling), so
     // the plan's grid and smem stand.
     const int thr = pl.t.threads;
     if constexpr (std::is_same_v<T, X>)
       if (pl.merge == 0 && pl.t.e == 32 && (thr == 128 || thr == 256 || thr == 512) && (sizeof(T) == 4 || !w_f32) &&
-          int64_t{pl.t.csize} * thr * 32 == a.cols && tune("KP_NORM_BWD_FT", 1))
-        if (BwdKernel ft = ring_ft<T>(thr, db, kind)) pl.kernel = ft;
-    if (pl.wrp && !wrp && !a.dres) {
+          int64_t{pl.t.csize} * thr * 32 == s.cols && knob(Knob::BwdFt, 1))
+        if (BwdKernel ft = ring_ft<T>(thr, s.db, kind)) pl.kernel = ft;
+    if (pl.wrp && !wrp && !s.dres) {
       pl.t.stages = std::max(1, static_cast<int>((pl.smem - pl.fixed) / pl.per_stage));
       pl.smem = static_cast<size_t>(pl.t.stages) * pl.per_stage + pl.fixed;
     }
+    pl.wrp = kind;
   }
-  int stages = pl.t.stages;
-  if (a.dres && vector && !pl.t.multipass && !pl.tile_m) {  // a third stream: fewer stages in about the same smem
-    stages = std::max(1, static_cast<int>((pl.smem - pl.fixed) / pl.per_stage_dres));
-    pl.smem = std::max(pl.merge, static_cast<size_t>(stages) * pl.per_stage_dres + pl.fixed);
+  if (s.dres && s.vector && !pl.t.multipass && !pl.tile_m) {  // a third stream: fewer stages in about the same smem
+    pl.t.stages = std::max(1, static_cast<int>((pl.smem - pl.fixed) / pl.per_stage_dres));
+    pl.smem = std::max(pl.merge, static_cast<size_t>(pl.t.stages) * pl.per_stage_dres + pl.fixed);
   }
+  return pl;
+}
+
+template <typename T, typename X>
+void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
+  const bool db = a.db_partial != nullptr;
+  const int64_t parts = partials_for<T, X>(a.rows, a.cols, db, device);
+  KP_CHECK_ARG((!a.dw_partial && !a.db_partial) || a.num_partials == parts,
+               "num_partials is " + std::to_string(a.num_partials) + " but norm_bwd_partials gives " +
+                   std::to_string(parts) + " for this shape");
+  BwdSig s;
+  s.cols = a.cols;
+  s.act_dtype = a.act_dtype;
+  s.x_dtype = a.x_dtype;
+  s.weight_dtype = a.weight_dtype;
+  s.vector = vector_rows(a);
+  s.db = db;
+  s.dres = a.dres != nullptr;
+  const Plan pl = plan_for_call<T, X>(s, device);
 
   BwdParams p;
   p.dy = a.dy; p.x = a.x; p.dres = a.dres; p.w = a.w; p.mean = a.mean; p.rstd = a.rstd;
@@ -358,12 +399,16 @@ void launch_bwd(const BwdArgs& a, int device, cudaStream_t stream) {
   p.rows = a.rows; p.cols = static_cast<int>(a.cols);
   p.tpr = pl.t.tpr;
   p.csize = pl.t.multipass ? 1 : pl.t.csize;
-  p.stages = stages;
+  p.stages = pl.t.stages;
   p.w_off = a.weight_offset;
   p.is_rms = a.is_rms;
   p.w_f32 = a.weight_dtype == kp::kF32;
   p.has_w = a.w != nullptr;
   KP_CHECK_ARG(parts * p.csize <= INT32_MAX, "grid too large");
+  if (!pl.kernel)
+    throw std::invalid_argument("kp_norm: the backward plan (row " + std::string(pl.row) +
+                                ") names a kernel this build does not hold (overrides reach every kernel only in a "
+                                "KP_NORM_TUNING build)");
   kp::launch(pl.kernel, device, dim3(static_cast<unsigned>(parts * p.csize)), dim3(pl.t.threads), pl.smem, stream,
              p.csize, p);
 }
@@ -396,6 +441,27 @@ int64_t norm_bwd_partials(int64_t rows, int64_t cols, int act_dtype, int x_dtype
   int64_t n = 0;
   KP_DISPATCH_TX(act_dtype, x_dtype, n = partials_for<T, X>(rows, cols, with_db, device));
   return n;
+}
+
+PlanInfo norm_bwd_plan(const BwdSig& s, int64_t rows, int device) {
+  check_dtypes(s.act_dtype, s.x_dtype);
+  KP_CHECK_ARG(s.weight_dtype == s.act_dtype || s.weight_dtype == kp::kF32,
+               "weight_dtype must be act_dtype or float32 (code " + std::to_string(s.weight_dtype) + ")");
+  KP_CHECK_ARG(rows >= 1, "rows must be >= 1 (a call with no rows launches nothing)");
+  KP_CHECK_ARG(s.cols >= 1 && s.cols <= (int64_t{1} << 30), "cols must be in [1, 2^30]");
+  kp::DeviceGuard guard(device);
+  PlanInfo info;
+  KP_DISPATCH_TX(s.act_dtype, s.x_dtype, {
+    const Plan pl = plan_for_call<T, X>(s, device);
+    info.row = pl.row;
+    info.kernel = kp::kernel_name(reinterpret_cast<const void*>(pl.kernel));
+    info.e = pl.t.e; info.tpr = pl.t.tpr; info.csize = pl.t.multipass ? 1 : pl.t.csize; info.threads = pl.t.threads;
+    info.stages = pl.t.stages; info.wrp = pl.wrp; info.tile_m = pl.tile_m; info.multipass = pl.t.multipass;
+    info.smem = static_cast<int64_t>(pl.smem);
+    info.partials = partials_for<T, X>(rows, s.cols, s.db, device);
+    info.grid = info.partials * info.csize;
+  });
+  return info;
 }
 
 void norm_bwd(const BwdArgs& a, int device, cudaStream_t stream) {

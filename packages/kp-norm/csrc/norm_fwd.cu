@@ -8,6 +8,8 @@
 #include "kp/error.cuh"
 #include "kp/host.cuh"
 #include "kp/launch.cuh"
+#include "kp/plan_cache.h"
+#include "plan_table.h"
 #ifdef KP_NORM_TUNING  // tuning builds reach kernels beyond the release lists: instantiate here
 #include "fwd_kernels.cuh"
 #else
@@ -104,7 +106,7 @@ template <typename T, int FT, int POL>
 FwdKernel direct_e16(bool rms) {
 #ifdef KP_NORM_TUNING
   if constexpr (std::is_same_v<T, __nv_bfloat16> && POL == kFwdPol) {
-    switch (tune("KP_NORM_FWD_CAP", -1)) {
+    switch (knob(Knob::FwdCap, -1)) {
       case 0: if constexpr (FT <= kMaxThreads) return direct_ft_t<T, 16, FT, POL, 0, 0>(rms); else break;
       case 48: return direct_ft_t<T, 16, FT, POL, 48, 48>(rms);
       case 40: return direct_ft_t<T, 16, FT, POL, 40, 40>(rms);
@@ -145,7 +147,7 @@ template <typename T>
 FwdKernel direct_ft(int tpr, int e, bool rms) {
 #ifdef KP_NORM_TUNING
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {  // the other policies, for sweeps (bf16 only)
-    switch (tune("KP_NORM_FWD_POL", kFwdPol)) {
+    switch (knob(Knob::FwdPol, kFwdPol)) {
       case 0: return direct_ft_p<T, 0>(tpr, e, rms);
       case 2: return direct_ft_p<T, 2>(tpr, e, rms);
       case 3: return direct_ft_p<T, 3>(tpr, e, rms);
@@ -161,30 +163,27 @@ struct FwdPlan {
   Team t;
   FwdKernel kernel = nullptr;
   size_t smem = 0;
-  int64_t grid = 0;
+  int64_t resident = 0;  // persistent grids (ring): teams resident at once; 0: one team a row
+  const char* row = "";  // the table row that chose this plan (plan() reports it)
+  int64_t grid(int64_t rows) const {
+    if (resident > 0) return std::min(resident, rows) * t.csize;
+    return t.tpr <= 32 ? cdiv(rows, static_cast<int64_t>(t.tpc())) : rows * t.csize;
+  }
 };
 
-// Ring geometry of the rows whose weights sit in registers (16-bit x and weights, no residual),
-// by row width: CTA size, then the rows in flight a CTA. From 128K, 256-thread CTAs (twice the
-// cluster) with two rows each, three CTAs an SM, beat 512-thread CTAs with four: H100, bf16,
-// % of copy at 128K / 256K, RMSNorm 90.7 / 91.8 -> 92.5 / 93.5, LayerNorm 89.5 / 90.2 -> 92.1 / 92.9
-// (docs/benchmarks/h100/quack-rms-norm-2026-11-23.md); at 32K / 64K they lost 0.3-2 points. Measured
-// on the H100 only, so GPUs with faster DRAM an SM keep the first row. Widths past 16 CTAs of 256
-// threads take the first row too (a cluster holds at most 16 CTAs).
+// Ring geometry: CTA size and rows in flight. ring.wreg.rows (kFwd.ring_rows_min, plan_table.h)
+// takes 256-thread CTAs with two rows each for rows whose weights sit in registers (16-bit x and
+// weights, no residual), up to 16 such CTAs; every other ring row 512-thread CTAs, 4 stages.
 struct RingRow {
-  int64_t min_cols;
   int max_threads, max_stages;
-};
-constexpr RingRow kRingRows[] = {
-    {0, kMaxThreads, 4},
-    {131072, kMaxThreads / 2, 2},
+  bool rows;  // the ring.wreg.rows geometry
 };
 RingRow ring_row(int64_t cols, bool weights_in_registers, bool fast) {
-  RingRow pick = kRingRows[0];
-  if (!weights_in_registers || fast) return pick;
-  for (const RingRow& r : kRingRows)
-    if (cols >= r.min_cols && cols <= int64_t{kMaxCluster} * r.max_threads * kRingNV * 8 /* 16-bit values a chunk */) pick = r;
-  return pick;
+  const int min_cols = kFwd.ring_rows_min.at(fast);
+  if (weights_in_registers && min_cols > 0 && cols >= min_cols &&
+      cols <= int64_t{kMaxCluster} * kFwd.ring_rows_threads * kRingNV * 8 /* 16-bit values a chunk */)
+    return {kFwd.ring_rows_threads, kFwd.ring_rows_stages, true};
+  return {kFwd.ring_threads, kFwd.ring_stages, false};
 }
 
 // Ring kernel plan (vector path): E = nv * VEC values a thread, read from smem: up to 512 threads
@@ -192,17 +191,17 @@ RingRow ring_row(int64_t cols, bool weights_in_registers, bool fast) {
 // ft_only: only an FT plan is wanted (the caller falls back to the direct kernel otherwise), so
 // stop before the occupancy queries when there is none.
 template <typename T>
-FwdPlan plan_ring(int64_t rows, int64_t cols, bool res, bool res_f32, bool w_f32, int n_affine, bool rms, int device,
+FwdPlan plan_ring(int64_t cols, bool res, bool res_f32, bool w_f32, int n_affine, bool rms, int device,
                   bool ft_only = false) {
   FwdPlan pl;
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
   constexpr int VEC = 16 / sizeof(T);
   const int64_t chunks = cols / VEC;
-  // The row kRingRows is for: weights in registers (kWReg, below) wherever there are weights.
+  // ring.wreg.rows is for rows whose weights sit in registers (kWReg, below).
   const RingRow row = ring_row(cols, sizeof(T) == 2 && !res && !w_f32 && n_affine > 0, fast_dram(dev.mem_gbps, dev.sms));
-  const int maxcpt = std::min(kRingNV, tune("KP_NORM_FWD_MAXCPT", kRingNV));  // 64 values (bf16) a thread
-  const int maxthr = std::min(kMaxThreads, tune("KP_NORM_FWD_RTHREADS", row.max_threads));
+  const int maxcpt = std::min(kRingNV, knob(Knob::FwdMaxcpt, kRingNV));  // 64 values (bf16) a thread
+  const int maxthr = std::min(kMaxThreads, knob(Knob::FwdRthreads, row.max_threads));
   t.csize = static_cast<int>(cdiv(chunks, static_cast<int64_t>(maxthr) * maxcpt));
   // No clusters (sm80-89): one CTA. Rows it cannot hold (or a 16-CTA cluster on sm90) take the
   // multi-pass kernel.
@@ -220,10 +219,10 @@ FwdPlan plan_ring(int64_t rows, int64_t cols, bool res, bool res_f32, bool w_f32
   // each row, one row a CTA and several CTAs an SM overlapping each other.
   const int wbytes = n_affine * t.threads * t.e * (w_f32 ? 4 : static_cast<int>(sizeof(T)));
   // kWReg kernels pipeline the statistics of the next row, so they need two stages.
-  const bool wr = wbytes > 0 && !res && (!w_f32 || sizeof(T) == 4) && tune("KP_NORM_FWD_WREG", 1) &&
+  const bool wr = wbytes > 0 && !res && (!w_f32 || sizeof(T) == 4) && knob(Knob::FwdWreg, 1) &&
                   2 * per_stage <= dev.smem_optin - kStaticSmemSlack;
-  const int budget_ws = tune("KP_NORM_FWD_RINGWS", 200 << 10);
-  const bool ws = !wr && wbytes > 0 && tune("KP_NORM_FWD_WSMEM", 1) && wbytes + 2 * per_stage <= budget_ws;
+  const int budget_ws = knob(Knob::FwdRingws, kFwd.ring_budget_wsmem);
+  const bool ws = !wr && wbytes > 0 && knob(Knob::FwdWsmem, 1) && wbytes + 2 * per_stage <= budget_ws;
   const int wm = wr ? kWReg : ws ? kWSmem : kWL2;
   const int room = dev.smem_optin - kStaticSmemSlack - (ws ? wbytes : 0);
   if (per_stage > room) {
@@ -233,57 +232,47 @@ FwdPlan plan_ring(int64_t rows, int64_t cols, bool res, bool res_f32, bool w_f32
   // kWReg rows that fill the whole geometry get a compile-time-geometry twin (FT).
   const bool fills = int64_t{t.csize} * t.tpr * kRingNV * VEC == cols && t.nv == kRingNV &&
                      (t.tpr == kMaxThreads || t.tpr == kMaxThreads / 2 || t.tpr == kMaxThreads / 4);
-  const bool ft = wm == kWReg && fills && tune("KP_NORM_FWD_FULL", 1);
+  const bool ft = wm == kWReg && fills && knob(Knob::FwdFull, 1);
   if (ft_only && !ft) {
     t.multipass = true;
     return pl;
   }
   pl.kernel = ring_for<T>(w_f32, wm, res, rms, ft ? t.tpr : 0);
+  pl.row = wm == kWReg ? (row.rows ? "ring.wreg.rows" : "ring.wreg") : wm == kWSmem ? "ring.wsmem" : "ring.wl2";
   const void* k = reinterpret_cast<const void*>(pl.kernel);
   // Ring depth: stages (up to 4) within the budget; each stage is refilled with the row
   // `stages` ahead as soon as the output pass has read it, so 1 already overlaps the next
   // row's copy with this row's output.
-  const int budget = wr   ? tune("KP_NORM_FWD_RINGWR", 220 << 10)
+  const int budget = wr   ? knob(Knob::FwdRingwr, kFwd.ring_budget_wreg)
                      : ws ? budget_ws - wbytes
-                          : tune("KP_NORM_FWD_RING", 100 << 10);
-  t.stages = std::max(wr ? 2 : 1, std::min({tune("KP_NORM_FWD_STAGES", row.max_stages), budget / per_stage, room / per_stage}));
+                          : knob(Knob::FwdRing, kFwd.ring_budget_wl2);
+  t.stages = std::max(wr ? 2 : 1, std::min({knob(Knob::FwdStages, row.max_stages), budget / per_stage, room / per_stage}));
   pl.smem = static_cast<size_t>(t.stages) * per_stage + (ws ? wbytes : 0);
-  if (t.csize > 1) {
-    pl.grid = std::min<int64_t>(kp::max_active_clusters(k, device, t.threads, pl.smem, t.csize), rows) * t.csize;
-  } else {
-    pl.grid = std::min<int64_t>(int64_t{dev.sms} * kp::blocks_per_sm(k, device, t.threads, pl.smem), rows);
-  }
-  if (pl.grid > 0 && tune("KP_NORM_FWD_NP", 0)) pl.grid = rows * t.csize;  // one row a team (tuning only)
-  if (pl.grid < 1) t.multipass = true;  // e.g. the cluster cannot be resident here
+  pl.resident = t.csize > 1 ? kp::max_active_clusters(k, device, t.threads, pl.smem, t.csize)
+                            : int64_t{dev.sms} * kp::blocks_per_sm(k, device, t.threads, pl.smem);
+  if (pl.resident < 1) t.multipass = true;  // e.g. the cluster cannot be resident here
+  else if (knob(Knob::FwdNp, 0)) pl.resident = 0;  // one row a team (sweeps)
   return pl;
 }
 
 // Direct kernel plan: the row in registers, E values a thread.
 template <typename T>
-FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f32, bool rms, int device,
+FwdPlan plan_direct(int64_t cols, bool vector, bool res, bool w_f32, bool rms, int device,
                     int64_t max_cta_cols = int64_t{1} << 30) {
   FwdPlan pl;
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
-  // 16-bit rows without a residual, RMSNorm 1K-4K and LayerNorm 1K-2K: 16 values a thread (twice
-  // the threads a row, as compile-time-geometry twins) measured 0.1-0.9 points of copy faster than
-  // 32; wider, they lost 1.5-10 points (H100, docs/journal/kp-norm.md, session 8). On the H200 LayerNorm 2K
-  // with 16 lost 4 points (93.5 vs 97.6) and 1K tied: there LayerNorm takes 16 at 1K only.
-  // From 4K up, E = 16 only as a register-capped twin (kTwinCap: 256 threads at 4K, 512 at 8K, 1024
-  // at 16K), up to the twin maxima below: measured on the H100 only (docs/journal/kp-norm.md, session 11), so
-  // GPUs with faster DRAM an SM keep E = 32 there.
+  // 16 or 32 values a thread (plan_table.h: kFwd's e16 rows, per GPU class).
   const bool twin_shape = sizeof(T) == 2 && vector && !res && !w_f32 && cols >= 4096 && cols % 16 == 0 &&
                           cols / 16 <= kMaxTwinThreads && ((cols / 16) & (cols / 16 - 1)) == 0;
   const bool fast = fast_dram(dev.mem_gbps, dev.sms);
-  const int ln_e16max = tune("KP_NORM_FWD_LNE16MAX", fast ? 1024 : 2048);
-  const int e16_twin_max = rms ? tune("KP_NORM_FWD_RMSE16TWINMAX", fast ? 0 : 16384)
-                               : tune("KP_NORM_FWD_LNE16TWINMAX", fast ? 0 : 8192);
-  const bool e16_twin = twin_shape && cols <= e16_twin_max && tune("KP_NORM_FWD_DFT", 1);
-  const int e_row = sizeof(T) == 2 && !res && cols > 512 &&
-                            (cols <= (rms ? tune("KP_NORM_FWD_RMSE16MAX", 4096) : ln_e16max) || e16_twin)
-                        ? 16
-                        : 32;
-  const int emax = vector ? std::min(e_row, tune("KP_NORM_FWD_EMAX", 32)) : 8;
+  const int e16_max = rms ? knob(Knob::FwdRmse16max, kFwd.rms_e16_max.at(fast))
+                          : knob(Knob::FwdLne16max, kFwd.ln_e16_max.at(fast));
+  const int e16_twin_max = rms ? knob(Knob::FwdRmse16twinmax, kFwd.rms_e16_twin_max.at(fast))
+                               : knob(Knob::FwdLne16twinmax, kFwd.ln_e16_twin_max.at(fast));
+  const bool e16_twin = twin_shape && cols <= e16_twin_max && knob(Knob::FwdDft, 1);
+  const int e_row = sizeof(T) == 2 && !res && cols > 512 && (cols <= e16_max || e16_twin) ? 16 : 32;
+  const int emax = vector ? std::min(e_row, knob(Knob::FwdEmax, 32)) : 8;
   if (cols <= 32 * emax) {  // warp / sub-warp teams, several rows per CTA
     t.e = !vector || cols <= 256 ? 8 : cols <= 512 ? std::min(16, emax) : emax;
     t.tpr = next_pow2(static_cast<int>(cdiv(cols, t.e)));
@@ -291,97 +280,100 @@ FwdPlan plan_direct(int64_t rows, int64_t cols, bool vector, bool res, bool w_f3
   } else {
     t.e = emax;
     const int maxthr = e16_twin && t.e == 16 ? kMaxTwinThreads : kMaxThreads;
-    t.csize = static_cast<int>(cdiv(cols, std::min<int64_t>({int64_t{maxthr} * t.e, max_cta_cols, tune("KP_NORM_FWD_DCPC", 1 << 30)})));
+    t.csize = static_cast<int>(cdiv(cols, std::min<int64_t>({int64_t{maxthr} * t.e, max_cta_cols, knob(Knob::FwdDcpc, 1 << 30)})));
     if (t.csize > 1 && (dev.major < 9 || t.csize > kMaxCluster)) t.multipass = true;
     t.tpr = round_up(cdiv(cols, static_cast<int64_t>(t.csize) * t.e), 32);
     t.threads = t.tpr;
   }
   if (!t.multipass) {
     pl.kernel = direct_for<T>(t.e, vector, w_f32, res, rms);
+    pl.row = !vector ? "direct.scalar" : t.tpr <= 32 ? "direct.rows" : t.csize > 1 ? "direct.cluster" : "direct";
     // Rows that fill the geometry exactly take the compile-time twin (same launch shape; it
     // drops the divisions, offsets and bounds checks, so it needs no more registers).
     if constexpr (sizeof(T) == 2)
       if (vector && !res && !w_f32 && (t.e == 32 || t.e == 16) && t.csize == 1 && int64_t{t.tpr} * t.e == cols &&
           (t.tpr & (t.tpr - 1)) == 0 && t.tpr >= 32 && t.tpr <= (t.e == 16 ? kMaxTwinThreads : kMaxThreads) &&
-          tune("KP_NORM_FWD_DFT", 1))
+          knob(Knob::FwdDft, 1))
         if (FwdKernel ft = direct_ft<T>(t.tpr, t.e, rms)) pl.kernel = ft;
     // Only a twin launches more than kMaxThreads (e16_twin implies every condition above).
     if (t.threads > kMaxThreads && pl.kernel == direct_for<T>(t.e, vector, w_f32, res, rms)) t.multipass = true;
     if (t.csize > 1 && kp::max_active_clusters(reinterpret_cast<const void*>(pl.kernel), device, t.threads, 0, t.csize) < 1)
       t.multipass = true;
-    else
-      pl.grid = t.tpr <= 32 ? cdiv(rows, t.tpc()) : rows * t.csize;
   }
   return pl;
 }
 
-// Wide rows the direct kernel takes over a cluster, one row a cluster of CTAs that each hold
-// `cta_cols` columns in registers (32 values a thread): RMSNorm with 16-bit x and weights (or
-// none), no residual, sm90, up to 16 such CTAs. Short-lived CTAs of 256 threads, four an SM,
-// whose cluster barrier overlaps their loads (ClusterExchange::init_arrive), keep more rows in
-// flight than the persistent ring. H100, bf16, % of copy at 32K / 64K / 128K: ring 94.5 / 94.9 /
-// 92.5 -> 98.8 / 98.7 / 95.1 (docs/journal/kp-norm.md, session 15). Where it lost: LayerNorm
-// (86.5 / 82.9 / 72.4: its two block reductions a row), 512-thread CTAs (98.3 / 95.9 / 92.2),
-// 64 values a thread (97.9 / 96.8 / 94.7), the row staged in smem instead of registers (<= 93).
-// Measured on the H100 only, so GPUs with faster DRAM an SM keep the ring.
-struct WideDirectRow {
-  int64_t max_cols;
-  int cta_cols;
-};
-constexpr WideDirectRow kWideDirectRms = {int64_t{kMaxCluster} * 8192, 8192};
+// direct.wide (plan_table.h): one row a cluster of CTAs that each hold kFwd.wide_direct_cta_cols
+// columns in registers (256 threads x 32 values). Short-lived CTAs, four an SM, whose cluster
+// barrier overlaps their loads (ClusterExchange::init_arrive), keep more rows in flight than the
+// persistent ring. RMSNorm with 16-bit x and weights (or none), no residual, sm90.
 template <typename T>
 bool wide_direct(int64_t cols, bool res, bool w_f32, bool rms, int device) {
   const auto& dev = kp::device_info(device);
-  return sizeof(T) == 2 && rms && !res && !w_f32 && dev.major >= 9 && !fast_dram(dev.mem_gbps, dev.sms) &&
-         cols <= kWideDirectRms.max_cols && tune("KP_NORM_FWD_WIDE", 1);
+  return sizeof(T) == 2 && rms && !res && !w_f32 && dev.major >= 9 &&
+         cols <= kFwd.wide_direct_max.at(fast_dram(dev.mem_gbps, dev.sms)) && knob(Knob::FwdWide, 1);
 }
 
-// Config table (DESIGN.md). Vector path: rows up to 16384 take the direct kernel (the row in
-// registers, up to E=32 values a thread with the fewest threads that cover the row; narrow rows
-// use warp or sub-warp teams, no CTA barrier); wider rows the ring kernel (the row in smem, larger
-// slices a thread and, on sm90, a cluster). Until 0.2.7, LayerNorm 16K took the ring on GPUs with
-// fast DRAM for their SM count (H200: 90 vs 77% of copy, session 6); the direct kernel has gained
-// since (one reduction a row, x evict_last) and now reads 93.5 there against the ring's 88
-// (docs/journal/kp-norm.md, session 9), so every GPU keeps it direct (`KP_NORM_FWD_LNDIRECTMAX` moves the split for
-// sweeps). Scalar path: E=8, one row per team, no ring. Else: multi-pass.
+// The forward rows of plan_table.h, in order: direct up to kFwd.direct_max (narrow rows as
+// several a CTA), direct.wide or the ring beyond; the scalar path takes the direct kernel with E = 8
+// and no ring; multi-pass when nothing else can hold the row here.
 template <typename T>
-FwdPlan plan_fwd(int64_t rows, int64_t cols, bool vector, bool res, bool res_f32, bool w_f32, int n_affine, bool rms,
+FwdPlan plan_fwd(int64_t cols, bool vector, bool res, bool res_f32, bool w_f32, int n_affine, bool rms,
                  int device) {
   FwdPlan pl;
-  const int directmax = tune("KP_NORM_FWD_DIRECTMAX", 16384);
-  const int ln_directmax = tune("KP_NORM_FWD_LNDIRECTMAX", 16384);
+  const int directmax = knob(Knob::FwdDirectmax, kFwd.direct_max);
+  const int ln_directmax = knob(Knob::FwdLndirectmax, kFwd.direct_max);  // (sweeps: LayerNorm's split alone)
   if (vector && cols > directmax) {
-    if (wide_direct<T>(cols, res, w_f32, rms, device))
-      pl = plan_direct<T>(rows, cols, vector, res, w_f32, rms, device, kWideDirectRms.cta_cols);
-    if (!pl.kernel || pl.t.multipass) pl = plan_ring<T>(rows, cols, res, res_f32, w_f32, n_affine, rms, device);
+    if (wide_direct<T>(cols, res, w_f32, rms, device)) {
+      pl = plan_direct<T>(cols, vector, res, w_f32, rms, device, kFwd.wide_direct_cta_cols);
+      pl.row = "direct.wide";
+    }
+    if (!pl.kernel || pl.t.multipass) pl = plan_ring<T>(cols, res, res_f32, w_f32, n_affine, rms, device);
   } else if (vector && !rms && !res && cols > ln_directmax) {
-    pl = plan_ring<T>(rows, cols, res, res_f32, w_f32, n_affine, rms, device, /*ft_only=*/true);
-    if (pl.t.multipass) pl = plan_direct<T>(rows, cols, vector, res, w_f32, rms, device);
+    pl = plan_ring<T>(cols, res, res_f32, w_f32, n_affine, rms, device, /*ft_only=*/true);
+    if (pl.t.multipass) pl = plan_direct<T>(cols, vector, res, w_f32, rms, device);
   } else {
-    pl = plan_direct<T>(rows, cols, vector, res, w_f32, rms, device);
+    pl = plan_direct<T>(cols, vector, res, w_f32, rms, device);
   }
   if (pl.t.multipass) {
     pl = FwdPlan{};
     pl.t.multipass = true;
     pl.t.threads = pl.t.tpr = kMultiThreads;
     pl.kernel = vector ? fwd_multipass_ptr<T, true>() : fwd_multipass_ptr<T, false>();
-    pl.grid = rows;
+    pl.row = "multipass";
   }
   return pl;
 }
 
+// The plan of a signature, computed once (the key is everything plan_fwd reads).
+template <typename T>
+const FwdPlan& cached_plan(const FwdSig& s, int device) {
+  static kp::PlanCache<FwdPlan, 9> cache;
+  const bool w_f32 = s.weight_dtype == kp::kF32, res_f32 = s.res && s.res_dtype == kp::kF32;
+  return cache.get({device, s.cols, s.vector, s.res, res_f32, w_f32, s.n_affine, s.rms, override_generation()},
+                   [&] { return plan_fwd<T>(s.cols, s.vector, s.res, res_f32, w_f32, s.n_affine, s.rms, device); });
+}
+
+FwdSig signature(const FwdArgs& a) {
+  FwdSig s;
+  const int vec = 16 / kp::dtype_size(a.act_dtype);
+  const int ts = kp::dtype_size(a.act_dtype), ws = kp::dtype_size(a.weight_dtype), rs = kp::dtype_size(a.res_dtype);
+  s.cols = a.cols;
+  s.act_dtype = a.act_dtype;
+  s.weight_dtype = a.weight_dtype;
+  s.res_dtype = a.res_dtype;
+  s.vector = a.cols % vec == 0 && kp::rows_aligned16(a.x, a.x_stride, ts) && kp::rows_aligned16(a.y, a.y_stride, ts) &&
+             kp::rows_aligned16(a.res, a.res_stride, rs) && kp::rows_aligned16(a.res_out, a.res_out_stride, rs) &&
+             kp::rows_aligned16(a.w, 0, ws) && kp::rows_aligned16(a.b, 0, ws);
+  s.res = a.res != nullptr;
+  s.rms = a.is_rms;
+  s.n_affine = (a.w != nullptr) + (!a.is_rms && a.b != nullptr);
+  return s;
+}
+
 template <typename T>
 void launch_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
-  constexpr int VEC = 16 / sizeof(T);
-  const int ws = kp::dtype_size(a.weight_dtype), rs = kp::dtype_size(a.res_dtype);
-  const bool vector = a.cols % VEC == 0 && kp::rows_aligned16(a.x, a.x_stride, sizeof(T)) &&
-                      kp::rows_aligned16(a.y, a.y_stride, sizeof(T)) && kp::rows_aligned16(a.res, a.res_stride, rs) &&
-                      kp::rows_aligned16(a.res_out, a.res_out_stride, rs) && kp::rows_aligned16(a.w, 0, ws) &&
-                      kp::rows_aligned16(a.b, 0, ws);
-  const bool res = a.res != nullptr, res_f32 = a.res_dtype == kp::kF32;
-  const int n_affine = (a.w != nullptr) + (!a.is_rms && a.b != nullptr);
-  const FwdPlan pl = plan_fwd<T>(a.rows, a.cols, vector, res, res_f32, a.weight_dtype == kp::kF32, n_affine, a.is_rms, device);
-
+  const FwdPlan& pl = cached_plan<T>(signature(a), device);
   FwdParams p;
   p.x = a.x; p.res = a.res; p.w = a.w; p.b = a.b;
   p.y = a.y; p.res_out = a.res_out; p.mean = a.mean; p.rstd = a.rstd;
@@ -392,23 +384,30 @@ void launch_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
   p.inv_cols = 1.f / static_cast<float>(a.cols);
   p.is_rms = a.is_rms;
   p.w_f32 = a.weight_dtype == kp::kF32;
-  p.res_f32 = res_f32;
+  p.res_f32 = a.res_dtype == kp::kF32;
   p.has_w = a.w != nullptr; p.has_b = a.b != nullptr;
-  p.has_res = res; p.has_res_out = a.res_out != nullptr;
-  KP_CHECK_ARG(pl.grid <= INT32_MAX, "too many rows for one launch");
-  if (!pl.kernel) throw std::logic_error("kp_norm: the forward plan chose a kernel this build does not hold");
-  kp::launch(pl.kernel, device, dim3(static_cast<unsigned>(pl.grid)), dim3(pl.t.threads), pl.smem, stream,
+  p.has_res = a.res != nullptr; p.has_res_out = a.res_out != nullptr;
+  const int64_t grid = pl.grid(a.rows);
+  KP_CHECK_ARG(grid <= INT32_MAX, "too many rows for one launch");
+  if (!pl.kernel)
+    throw std::invalid_argument("kp_norm: the forward plan (row " + std::string(pl.row) +
+                                ") names a kernel this build does not hold (overrides reach every kernel only in a "
+                                "KP_NORM_TUNING build)");
+  kp::launch(pl.kernel, device, dim3(static_cast<unsigned>(grid)), dim3(pl.t.threads), pl.smem, stream,
              pl.t.multipass ? 1 : pl.t.csize, p);
+}
+
+void check_fwd_dtypes(int act, int weight, int res) {
+  KP_CHECK_ARG(kp::valid_dtype(act), "act_dtype: unsupported dtype code " + std::to_string(act));
+  KP_CHECK_ARG(weight == act || weight == kp::kF32,
+               "weight_dtype must be act_dtype or float32 (code " + std::to_string(weight) + ")");
+  KP_CHECK_ARG(res == act || res == kp::kF32, "res_dtype must be act_dtype or float32 (code " + std::to_string(res) + ")");
 }
 
 }  // namespace
 
 void norm_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
-  KP_CHECK_ARG(kp::valid_dtype(a.act_dtype), "act_dtype: unsupported dtype code " + std::to_string(a.act_dtype));
-  KP_CHECK_ARG(a.weight_dtype == a.act_dtype || a.weight_dtype == kp::kF32,
-               "weight_dtype must be act_dtype or float32 (code " + std::to_string(a.weight_dtype) + ")");
-  KP_CHECK_ARG(a.res_dtype == a.act_dtype || a.res_dtype == kp::kF32,
-               "res_dtype must be act_dtype or float32 (code " + std::to_string(a.res_dtype) + ")");
+  check_fwd_dtypes(a.act_dtype, a.weight_dtype, a.res_dtype);
   KP_CHECK_ARG(a.rows >= 0, "rows must be >= 0");
   KP_CHECK_ARG(a.cols >= 1 && a.cols <= (int64_t{1} << 30), "cols must be in [1, 2^30]");
   kp::check_rows("x", a.x, a.x_stride, a.rows, a.cols);
@@ -419,6 +418,49 @@ void norm_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
   if (a.rows == 0) return;
   kp::DeviceGuard guard(device);
   KP_DISPATCH_DTYPE(a.act_dtype, T, launch_fwd<T>(a, device, stream));
+}
+
+PlanInfo norm_fwd_plan(const FwdSig& s, int64_t rows, int device) {
+  check_fwd_dtypes(s.act_dtype, s.weight_dtype, s.res_dtype);
+  KP_CHECK_ARG(rows >= 1, "rows must be >= 1 (a call with no rows launches nothing)");
+  KP_CHECK_ARG(s.cols >= 1 && s.cols <= (int64_t{1} << 30), "cols must be in [1, 2^30]");
+  KP_CHECK_ARG(s.n_affine >= 0 && s.n_affine <= (s.rms ? 1 : 2), "n_affine: 0, 1 (weight) or 2 (LayerNorm weight and bias)");
+  kp::DeviceGuard guard(device);
+  PlanInfo info;
+  KP_DISPATCH_DTYPE(s.act_dtype, T, {
+    const FwdPlan& pl = cached_plan<T>(s, device);
+    info.row = pl.row;
+    info.kernel = kp::kernel_name(reinterpret_cast<const void*>(pl.kernel));
+    info.e = pl.t.e; info.tpr = pl.t.tpr; info.csize = pl.t.multipass ? 1 : pl.t.csize; info.threads = pl.t.threads;
+    info.stages = pl.t.stages; info.nv = pl.t.nv; info.multipass = pl.t.multipass;
+    info.smem = static_cast<int64_t>(pl.smem); info.grid = pl.grid(rows);
+  });
+  return info;
+}
+
+void set_plan_override(const std::vector<std::pair<std::string, int>>& values) {
+  constexpr int n = static_cast<int>(Knob::kCount);
+  int value[n] = {};
+  bool set[n] = {};
+  for (const auto& [name, v] : values) {
+    int k = 0;
+    while (k < n && name != kKnobNames[k]) ++k;
+    if (k == n) {
+      std::string known;
+      for (const char* kn : kKnobNames) known += std::string(known.empty() ? "" : ", ") + kn;
+      throw std::invalid_argument("kp_norm plan override: unknown name '" + name + "' (known: " + known + ")");
+    }
+    value[k] = v;
+    set[k] = true;
+  }
+  Override& o = plan_override();
+  o.any.store(false, std::memory_order_release);
+  for (int k = 0; k < n; ++k) {
+    o.value[k] = value[k];
+    o.set[k] = set[k];
+  }
+  o.generation.fetch_add(1, std::memory_order_acq_rel);
+  o.any.store(!values.empty(), std::memory_order_release);
 }
 
 const void* probe_kernel() { return reinterpret_cast<const void*>(fwd_direct_ptr<float, float, 8, false, false, true>()); }

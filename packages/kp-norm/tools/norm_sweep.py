@@ -3,9 +3,9 @@
     python packages/kp-norm/tools/norm_sweep.py [--ops rms,layer] [--dirs fwd,bwd,bwdk] [--hidden 4096,16384]
                                [--levels cuda,triton] [--config NAME:KEY=VAL,KEY=VAL ...] [--out f.json]
 
-Needs kp-norm built with `-C cmake.define.KP_NORM_TUNING=ON` for --config to have any effect: the
-config constants in csrc (`tune("KP_NORM_...")`) then read the environment on every call. Each
---config sets those variables for its rows (the plain "default" config is always run first).
+Each --config runs its rows under `kp_norm.plan_override(KEY=VAL, ...)` (names:
+`kp_norm.plan_override_names()`; the plain "default" config is always run first). Overrides that
+reach kernels outside the release lists need kp-norm built with `-C cmake.define.KP_NORM_TUNING=ON`.
 
 Directions: fwd (the public function), bwd (torch.autograd.grad through the public function:
 what the benchmark times), bwdk (the native backward kernel alone: no autograd, no allocation,
@@ -43,7 +43,8 @@ def _configs(specs):
     out = [("default", {})]
     for spec in specs:
         name, _, kv = spec.partition(":")
-        out.append((name, dict(item.split("=", 1) for item in kv.split(",") if item)))
+        pairs = (item.split("=", 1) for item in kv.split(",") if item)
+        out.append((name, {k.lower().removeprefix("kp_norm_"): int(v) for k, v in pairs}))
     return out
 
 
@@ -121,10 +122,12 @@ def main(argv=None) -> int:
     print(f"copy ceiling {copy:.0f} GB/s  ({torch.cuda.get_device_name()})", flush=True)
     hiddens = [int(h) for h in a.hidden.split(",")]
     rows = []
+    import contextlib
+
+    import kp_norm
+
     for name, env in _configs(a.config):
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with kp_norm.plan_override(**env) if env else contextlib.nullcontext():  # (older wheels have none)
             for op in a.ops.split(","):
                 for direction in a.dirs.split(","):
                     for level in a.levels.split(","):
@@ -146,12 +149,6 @@ def main(argv=None) -> int:
                             finally:
                                 torch.cuda.empty_cache()
                         print(f"{name:>12} {op:>5} {direction:>4} {level:>6} | " + " ".join(line), flush=True)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
     print("hidden: " + " ".join(f"{h:>5}" for h in hiddens))
     if a.out:
         with open(a.out, "w") as f:

@@ -1,0 +1,110 @@
+// kp-norm's plan table: the widths and sizes the plans (norm_fwd.cu, norm_bwd.cu) choose kernels
+// by, one column per GPU class, and the rows a call can land on. The plans derive the rest per
+// signature (threads = columns / E rounded to warps, cluster size, ring stages from the smem
+// budget, the resident grid) and cache it; `kp_norm.cuda_plan(...)` reports the row a call gets
+// and `kp_norm.plan_override(name=value)` replaces one value for a sweep (norm.cuh, Knob).
+//
+// GPU classes, by DRAM bandwidth an SM: `slow` under 30 GB/s (H100 SXM: 25), `fast` 30 or more
+// (H200: 36). An SM of the fast class needs more bytes in flight, and several choices tuned on
+// one class lost on the other; each such column says what was measured. 0 turns a row off.
+// Widths are in columns of a 16-bit x; fp32 x uses the same numbers (half the bytes in flight).
+//
+// Forward rows (the first that applies wins; `row` in cuda_plan):
+//   direct.rows      up to 32 x E columns: several rows a CTA, warp or sub-warp teams, shuffles only
+//   direct           up to direct_max: the row in registers, one CTA of columns / E threads
+//   direct.wide      RMSNorm, 16-bit x and weights, no residual, sm90, up to wide_direct_max: one row
+//                    a cluster of CTAs of wide_direct_cta_cols columns (256 threads x 32)
+//   ring.wreg.rows   16-bit x and weights, no residual, from ring_rows_min: ring of 256-thread CTAs,
+//                    two rows in flight each
+//   ring.wreg        ring kernel (the row in smem), weights in registers: no residual, 2+ stages fit
+//   ring.wsmem       ring kernel, weights staged once in smem (weights + 2 stages within 200 KB)
+//   ring.wl2         ring kernel, weights from L2 every row
+//   direct.scalar    rows that are not 16-byte aligned or whose width is not a multiple of 8 (4)
+//   multipass        wider than any row above holds here (or no clusters): the row streamed twice
+// Backward rows:
+//   tile             16-byte rows of bwd_tile_min+1 .. bwd_tile_max columns: the tile kernel
+//   ring.warp_teams  up to 1024 columns: warp teams (E = 8 / 16 / 32), merged per CTA
+//   ring.cta         up to bwd_cta_cols columns: one CTA a row, E = 32
+//   ring.cluster     wider, sm90: a cluster of bwd_cta_cols-column CTAs (512-thread CTAs past
+//                    bwd_cluster_split_max)
+//   ring.wrp         the cluster ring with w in registers and the next row pipelined (no db; with db
+//                    for rows wider than wrp_db_min_cols)
+//   ring.wrp_smem    ... with w as raw 16-bit in smem (db, where as many teams stay resident)
+//   direct.scalar, multipass   as in the forward
+#pragma once
+#include <cstdint>
+
+namespace kp_norm {
+
+struct ByGpu {
+  int slow, fast;
+  int at(bool fast_dram) const { return fast_dram ? fast : slow; }
+};
+
+struct FwdTable {
+  // Widest row the direct kernel takes alone; wider rows go to direct.wide or the ring. Until
+  // 0.2.7 LayerNorm 16K took the ring on the fast class (H200: 90 vs 77, session 6); the direct
+  // kernel has gained since and read 93.5 there against the ring's 88 (session 9).
+  int direct_max;
+  // 16 values a thread instead of 32 (twice the threads a row), 16-bit x without a residual, any
+  // width up to this. H100: 0.1-0.9 points of copy faster at 1K-4K, 1.5-10 slower wider (session
+  // 8). H200: LayerNorm 2K lost 4 points (93.5 vs 97.6), 1K tied, so LayerNorm's fast column is 1K.
+  ByGpu rms_e16_max, ln_e16_max;
+  // Beyond that, 16 values a thread only as a register-capped twin (power-of-two widths, kTwinCap
+  // in norm_fwd.cu): H100 RMSNorm 8K 98.6 -> 99.0, 16K 98.8 -> 99.1; LayerNorm 4K 98.2 -> 99.2, 8K
+  // 98.2 -> 98.9 (session 11). On the H200 they measured 0.3-6 points slower: off there.
+  ByGpu rms_e16_twin_max, ln_e16_twin_max;
+  // direct.wide: H100, % of copy at 32K / 64K / 128K, ring 94.5 / 94.9 / 92.5 -> 98.8 / 98.7 / 95.1
+  // (session 15). Lost with LayerNorm (86.5 / 82.9 / 72.4), 512-thread CTAs, 64 values a thread.
+  // Not measured on the fast class: off there until it is.
+  ByGpu wide_direct_max;
+  int wide_direct_cta_cols;
+  // ring.wreg.rows: H100 RMSNorm 128K / 256K 90.7 / 91.8 -> 92.5 / 93.5, LayerNorm 89.5 / 90.2 ->
+  // 92.1 / 92.9 (session 14); at 32K / 64K it lost 0.3-2 points. Not measured on the fast class.
+  ByGpu ring_rows_min;
+  int ring_threads, ring_stages;            // ring CTAs: up to 512 threads x 8 chunks, up to 4 stages
+  int ring_rows_threads, ring_rows_stages;  // ring.wreg.rows: 256 threads, 2 stages
+  // Ring smem budgets a CTA (bytes): weights in registers take one CTA an SM and the whole smem;
+  // weights in smem share 200 KB with two stages; weights from L2 keep two CTAs an SM.
+  int ring_budget_wreg, ring_budget_wsmem, ring_budget_wl2;
+};
+
+constexpr FwdTable kFwd = {
+    /*direct_max*/ 16384,
+    /*rms_e16_max*/ {4096, 4096},
+    /*ln_e16_max*/ {2048, 1024},
+    /*rms_e16_twin_max*/ {16384, 0},
+    /*ln_e16_twin_max*/ {8192, 0},
+    /*wide_direct_max*/ {16 * 8192, 0},
+    /*wide_direct_cta_cols*/ 8192,
+    /*ring_rows_min*/ {131072, 0},
+    /*ring_threads, ring_stages*/ 512, 4,
+    /*ring_rows_threads, ring_rows_stages*/ 256, 2,
+    /*ring budgets*/ 220 << 10, 200 << 10, 100 << 10,
+};
+
+struct BwdTable {
+  // tile: rows of 1K-4K (H100 LayerNorm 2K/4K +8 points over the ring, session 10).
+  int tile_min, tile_max;
+  // Columns a CTA of a cluster, and the widest row that uses them: rows of 8K-64K go to clusters
+  // of 256-thread CTAs (two resident an SM: one CTA's reduction and cluster exchange overlap the
+  // other's passes); wider rows use 512-thread CTAs.
+  int cta_cols, cluster_split_max;
+  // Ring smem budget an SM: clusters without db take a deeper ring (H200 16K: 81 -> 85); with db
+  // it would cost the second CTA an SM (H200 16K/64K: 68/60 at 225 KB, 80/72 at 160 KB).
+  int ring_budget_deep, ring_budget;
+  // WRP with db (w in registers or smem, the next row pipelined) for rows wider than this. H100:
+  // ahead from 4 CTAs of 8192 columns (64K/256K, sessions 7-9); at 16K (2 CTAs) the plain loop won
+  // in 2 of 3 runs. H200 (2026-11-25, LayerNorm backward, % of copy, plain -> WRP): 32K 79.2 ->
+  // 65.2, 64K 78.3 -> 63.0, but 128K 66.6 -> 74.9 and 256K 60.9 -> 68.8: there only past 64K.
+  ByGpu wrp_db_min_cols;
+};
+
+constexpr BwdTable kBwd = {
+    /*tile_min, tile_max*/ 1024, 4096,
+    /*cta_cols, cluster_split_max*/ 8192, 65536,
+    /*ring_budget_deep, ring_budget*/ 225 << 10, 160 << 10,
+    /*wrp_db_min_cols (rows wider than)*/ {3 * 8192, 65536},
+};
+
+}  // namespace kp_norm
