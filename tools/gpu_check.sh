@@ -2,7 +2,7 @@
 # Build, test, sanitize and benchmark every kp package on a GPU machine with no network, using the
 # torch, triton, cmake, pybind11 and scikit-build-core already installed there.
 #
-#   tools/gpu_check.sh [build] [test] [large] [sanitize] [fuzz] [hf] [bench] [all]     (default: all)
+#   tools/gpu_check.sh [build] [shared] [test] [large] [sanitize] [fuzz] [hf] [bench] [all]     (default: all)
 #
 # Environment: KP_CUDA_ARCHS (default: this GPU's arch only, for a quick build; "80;86;89;90a"
 # for the release set), KP_OUT (logs and results; default ./.gpu-check), KP_BENCH_ARGS (passed to
@@ -44,6 +44,13 @@ if want build; then
   done
   echo "build took $(( $(date +%s) - start )) s"
   $PY -m kp_core | tee "$OUT/env.txt"
+fi
+
+if want shared; then  # shared_cuda's standalone device tests (nvcc, no torch)
+  echo "== shared_cuda device tests"
+  nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+  "$nvcc" -std=c++17 -O3 -arch=native -I"$ROOT/shared_cuda/include" "$ROOT/shared_cuda/tests/team_reduce_test.cu" -o "$OUT/team_reduce_test" \
+    && "$OUT/team_reduce_test" 2>&1 | tee "$OUT/team-reduce.log" | tail -n 25 || echo "team_reduce_test: FAILED (see $OUT/team-reduce.log)"
 fi
 
 tests=(); for p in "${PACKAGES[@]}"; do tests+=("$ROOT/packages/$p/tests"); done

@@ -1,6 +1,8 @@
-// Reductions: warp (shfl_xor butterfly), block (one smem round), cluster (DSMEM, sm90+).
-// Every level sums in a fixed order, and the butterfly leaves the bit-identical total in every
-// lane (a+b == b+a in IEEE), so all threads that share a row agree on its statistics exactly and
+// Reductions: warp (shfl_xor butterfly), block (one smem round), cluster (DSMEM, sm90+), each
+// generic over a reduction operator (Sum, Max, AbsMax below) with the sum kept under its old names.
+// Every level combines in a fixed order, and the butterfly leaves the bit-identical result in every
+// lane (each op's combine is commutative bit for bit: a+b == b+a in IEEE; max orders -0 < +0 and
+// returns the canonical NaN), so all threads that share a row agree on its statistics exactly and
 // results are run-to-run deterministic.
 #pragma once
 #include <cuda_runtime.h>
@@ -9,67 +11,120 @@
 
 namespace kp {
 
-// Sum over aligned groups of `width` lanes (power of two <= 32). All 32 lanes must call it.
-template <int N> __device__ __forceinline__ void warp_sum(float (&v)[N], int width = 32) {
+// ---- reduction operators -------------------------------------------------------------------------
+// An op is a type with three static members:
+//   identity()     the value that changes nothing (what lanes or elements outside the row hold)
+//   lift(x)        applied once to each thread's own values on entry to a reduction (idempotent:
+//                  entering a second level, e.g. a block's partials, may apply it again)
+//   combine(a, b)  the associative, commutative step; combine(a, b) and combine(b, a) are the same
+//                  bits, which is what makes every lane of a butterfly end with the same result
+// Note identity(): Lay::load fills 0 outside the row, right for Sum and AbsMax, not for Max (a
+// row of negatives would reduce to 0): give masked-off elements Max::identity() (-inf) instead.
+// NaN: all three ops propagate it. A row with a NaN sums to NaN (IEEE) and its Max and AbsMax are
+// NaN too (the canonical NaN 0x7fffffff, the same bits in every lane): a quantization scale taken
+// from a row with a NaN is NaN, never a silently finite scale that drops the NaN (fmaxf would).
+struct Sum {
+  __host__ __device__ static constexpr float identity() { return 0.f; }
+  __device__ __forceinline__ static float lift(float x) { return x; }
+  __device__ __forceinline__ static float combine(float a, float b) { return a + b; }
+};
+// max with NaN propagation: max.NaN (sm_80+; PTX: either input NaN -> canonical NaN, +0 > -0).
+struct Max {
+  __host__ __device__ static constexpr float identity() { return -__builtin_huge_valf(); }
+  __device__ __forceinline__ static float lift(float x) { return x; }
+  __device__ __forceinline__ static float combine(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    float d;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return (a != a || b != b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
+  }
+};
+// max |x|: lift is fabsf, and combine takes |.| of both sides too (a free operand modifier of the
+// max instruction), so it is right on raw values as well. The result is >= +0 or NaN.
+struct AbsMax {
+  __host__ __device__ static constexpr float identity() { return 0.f; }
+  __device__ __forceinline__ static float lift(float x) { return fabsf(x); }
+  __device__ __forceinline__ static float combine(float a, float b) { return Max::combine(fabsf(a), fabsf(b)); }
+};
+
+// Reduce over aligned groups of `width` lanes (power of two <= 32). All 32 lanes must call it.
+template <class Op, int N> __device__ __forceinline__ void warp_reduce(float (&v)[N], int width = 32) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = Op::lift(v[k]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
     if (o < width) {
 #pragma unroll
-      for (int k = 0; k < N; ++k) v[k] += __shfl_xor_sync(0xffffffffu, v[k], o);
+      for (int k = 0; k < N; ++k) v[k] = Op::combine(v[k], __shfl_xor_sync(0xffffffffu, v[k], o));
     }
   }
 }
-__device__ __forceinline__ float warp_sum(float v, int width = 32) {
+template <class Op> __device__ __forceinline__ float warp_reduce(float v, int width = 32) {
   float a[1] = {v};
-  warp_sum(a, width);
+  warp_reduce<Op>(a, width);
   return a[0];
 }
+template <int N> __device__ __forceinline__ void warp_sum(float (&v)[N], int width = 32) { warp_reduce<Sum>(v, width); }
+__device__ __forceinline__ float warp_sum(float v, int width = 32) { return warp_reduce<Sum>(v, width); }
 
-// The first half of a block reduction: each warp's sum of its N floats into buf[warp * N + k],
-// then the one barrier after which every thread may read all the warps' partials.
-template <int N> __device__ __forceinline__ void warp_partials_to_smem(float (&v)[N], float* buf) {
-  warp_sum(v);
+// The first half of a block reduction: each warp's reduction of its N floats into
+// buf[warp * N + k], then the one barrier after which every thread may read all the warps' partials.
+template <class Op, int N> __device__ __forceinline__ void warp_reduce_to_smem(float (&v)[N], float* buf) {
+  warp_reduce<Op>(v);
   if ((threadIdx.x & 31) == 0) {
 #pragma unroll
     for (int k = 0; k < N; ++k) buf[(threadIdx.x >> 5) * N + k] = v[k];
   }
   __syncthreads();
 }
+template <int N> __device__ __forceinline__ void warp_partials_to_smem(float (&v)[N], float* buf) {
+  warp_reduce_to_smem<Sum>(v, buf);
+}
 
-// Sum of N floats over the whole block (blockDim.x a multiple of 32). `buf` is __shared__
+// Reduction of N floats over the whole block (blockDim.x a multiple of 32). `buf` is __shared__
 // float[32 * N]. One __syncthreads: callers alternate two buffers between consecutive reductions,
 // since a thread reaching reduction k+2 implies every thread has finished reading reduction k.
 // NW > 0: the block has NW warps (compile-time: the final loop unrolls into vector smem reads).
-template <int N, int NW = 0> __device__ __forceinline__ void block_sum(float (&v)[N], float* buf) {
+// The warps' partials are combined in warp order, starting from identity(), in every thread.
+template <class Op, int NW = 0, int N> __device__ __forceinline__ void block_reduce(float (&v)[N], float* buf) {
   const int nw = NW ? NW : blockDim.x >> 5;
-  warp_partials_to_smem(v, buf);
+  warp_reduce_to_smem<Op>(v, buf);
 #pragma unroll
-  for (int k = 0; k < N; ++k) v[k] = 0.f;
+  for (int k = 0; k < N; ++k) v[k] = Op::identity();
   if constexpr (NW > 0) {
 #pragma unroll
     for (int w = 0; w < NW; ++w) {
 #pragma unroll
-      for (int k = 0; k < N; ++k) v[k] += buf[w * N + k];
+      for (int k = 0; k < N; ++k) v[k] = Op::combine(v[k], buf[w * N + k]);
     }
   } else {
     for (int w = 0; w < nw; ++w) {  // smem broadcast reads, fixed order
 #pragma unroll
-      for (int k = 0; k < N; ++k) v[k] += buf[w * N + k];
+      for (int k = 0; k < N; ++k) v[k] = Op::combine(v[k], buf[w * N + k]);
     }
   }
 }
+template <int N, int NW = 0> __device__ __forceinline__ void block_sum(float (&v)[N], float* buf) {
+  block_reduce<Sum, NW>(v, buf);
+}
 
-// block_sum for a compile-time NW warps that keeps registers low: after the barrier each lane
-// reads one warp's partial (lane % NW) and the NW lanes of a group sum them up a shuffle butterfly,
-// so a thread holds N floats instead of the N * NW that block_sum's final loop loads at once (a
-// 1024-thread CTA under a 32-register cap would spill them). Same buffer contract as block_sum.
-template <int N, int NW> __device__ __forceinline__ void block_sum_shfl(float (&v)[N], float* buf) {
+// block_reduce for a compile-time NW warps that keeps registers low: after the barrier each lane
+// reads one warp's partial (lane % NW) and the NW lanes of a group combine them up a shuffle
+// butterfly, so a thread holds N floats instead of the N * NW that block_reduce's final loop loads
+// at once (a 1024-thread CTA under a 32-register cap would spill them). Same buffer contract.
+template <class Op, int NW, int N> __device__ __forceinline__ void block_reduce_shfl(float (&v)[N], float* buf) {
   static_assert(NW >= 1 && NW <= 32 && (NW & (NW - 1)) == 0, "a power-of-two warp count");
-  warp_partials_to_smem(v, buf);
+  warp_reduce_to_smem<Op>(v, buf);
   const int lane = threadIdx.x & 31;
 #pragma unroll
   for (int k = 0; k < N; ++k) v[k] = buf[(lane & (NW - 1)) * N + k];
-  warp_sum(v, NW);
+  warp_reduce<Op>(v, NW);
+}
+template <int N, int NW> __device__ __forceinline__ void block_sum_shfl(float (&v)[N], float* buf) {
+  block_reduce_shfl<Sum, NW>(v, buf);
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -100,14 +155,18 @@ __device__ __forceinline__ float ld_dsmem(const float* p, uint32_t rank) {
   return v;
 }
 
-// Gather-and-sum of a per-CTA partial: each CTA has written N floats to `slot` (its own smem) and
-// the cluster has synced. Lane r of the calling warp reads rank r's slot and the warp sums them, so
-// any warp gets the cluster total without another block barrier. csize <= 32.
-template <int N> __device__ __forceinline__ void cluster_gather_sum(const float* slot, int csize, float (&out)[N]) {
+// Gather-and-reduce of a per-CTA partial: each CTA has written N floats to `slot` (its own smem)
+// and the cluster has synced. Lane r of the calling warp reads rank r's slot and the warp combines
+// them, so any warp gets the cluster result without another block barrier. csize <= 32.
+template <class Op, int N>
+__device__ __forceinline__ void cluster_gather_reduce(const float* slot, int csize, float (&out)[N]) {
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int k = 0; k < N; ++k) out[k] = lane < csize ? ld_dsmem(slot + k, lane) : 0.f;
-  warp_sum(out);
+  for (int k = 0; k < N; ++k) out[k] = lane < csize ? ld_dsmem(slot + k, lane) : Op::identity();
+  warp_reduce<Op>(out);
+}
+template <int N> __device__ __forceinline__ void cluster_gather_sum(const float* slot, int csize, float (&out)[N]) {
+  cluster_gather_reduce<Sum>(slot, csize, out);
 }
 
 #endif
@@ -207,14 +266,18 @@ struct ClusterExchangeN {
 #endif
     return slot[k % NB];
   }
-  // send + wait, then the sum over ranks of each component, in rank order (the same in every CTA).
-  __device__ __forceinline__ float4 sum(int k, float4 v, int csize) {
+  // send + wait, then each component combined over ranks, in rank order (the same in every CTA).
+  template <class Op>
+  __device__ __forceinline__ float4 reduce(int k, float4 v, int csize) {
     send(k, v, csize);
     const float4* r = wait(k, csize);
-    float4 t = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i = 0; i < csize; ++i) t.x += r[i].x, t.y += r[i].y, t.z += r[i].z, t.w += r[i].w;
+    float4 t = make_float4(Op::identity(), Op::identity(), Op::identity(), Op::identity());
+    for (int i = 0; i < csize; ++i)
+      t.x = Op::combine(t.x, r[i].x), t.y = Op::combine(t.y, r[i].y), t.z = Op::combine(t.z, r[i].z),
+      t.w = Op::combine(t.w, r[i].w);
     return t;
   }
+  __device__ __forceinline__ float4 sum(int k, float4 v, int csize) { return reduce<Sum>(k, v, csize); }
 };
 using ClusterExchange = ClusterExchangeN<2>;
 

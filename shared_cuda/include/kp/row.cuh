@@ -4,7 +4,8 @@
 //   Raw   a thread's E elements kept undecoded in registers (16-bit: half the registers of floats)
 //   Ring  a per-thread ring of row slices in shared memory, filled with cp.async
 //   Geo   the team geometry of a persistent grid (sub-warp, warp, CTA or cluster teams)
-//   team_sum / team_mean_m2   the team's reductions; row_ptr   64-bit row addressing
+//   team_reduce<Op> (team_sum / team_max / team_absmax), team_mean_m2   the team's reductions
+//   row_ptr   64-bit row addressing
 #pragma once
 #include <cuda_runtime.h>
 
@@ -204,13 +205,31 @@ struct Geo {
   }
 };
 
-// Sum over the team: shuffles for warp/sub-warp teams, one smem round for a CTA team. FT > 0:
-// tpr = FT threads is compile-time (a CTA team of FT threads is the whole CTA).
+// Reduce N values over the team with Op (kp::Sum, kp::Max, kp::AbsMax; reduce.cuh): shuffles for
+// warp/sub-warp teams, one smem round for a CTA team (`buf`: __shared__ float[32 * N], alternated
+// between consecutive reductions as block_reduce says). FT > 0: tpr = FT threads is compile-time (a
+// CTA team of FT threads is the whole CTA). A fixed order: the bit-identical result in every lane.
+// Each thread's values go in through Op::lift (|x| for AbsMax); elements a thread has none of (past
+// the row) should hold Op::identity() (-inf for Max; the 0 that Lay::load gives suits Sum, AbsMax).
+// NaN propagates (reduce.cuh): a row with a NaN gives NaN, in every lane.
+template <class Op, int FT = 0, int N>
+__device__ __forceinline__ void team_reduce(float (&v)[N], int tpr, float* buf) {
+  if (FT ? FT <= 32 : tpr <= 32) warp_reduce<Op>(v, FT ? FT : tpr);
+  else if constexpr (FT > 32) block_reduce_shfl<Op, FT / 32>(v, buf);
+  else block_reduce<Op>(v, buf);
+}
 template <int FT = 0, int N>
 __device__ __forceinline__ void team_sum(float (&v)[N], int tpr, float* buf) {
-  if (FT ? FT <= 32 : tpr <= 32) warp_sum(v, FT ? FT : tpr);
-  else if constexpr (FT > 32) block_sum_shfl<N, FT / 32>(v, buf);
-  else block_sum<N>(v, buf);
+  team_reduce<Sum, FT>(v, tpr, buf);
+}
+template <int FT = 0, int N>
+__device__ __forceinline__ void team_max(float (&v)[N], int tpr, float* buf) {
+  team_reduce<Max, FT>(v, tpr, buf);
+}
+// max |x| over the team (fabsf on entry): a per-row (per-token) quantization scale's numerator.
+template <int FT = 0, int N>
+__device__ __forceinline__ void team_absmax(float (&v)[N], int tpr, float* buf) {
+  team_reduce<AbsMax, FT>(v, tpr, buf);
 }
 
 // LayerNorm statistics over a compile-time-geometry team (FT threads, n values of the row each): a
