@@ -15,6 +15,55 @@ using kp_norm::FwdArgs;
 using kp::py_ptr;
 using kp::py_stream;
 
+// Plans (kp_norm.cuda_plan / plan_override): which table row and kernel a call gets, and the
+// sweep override of the table's values.
+void add_plan_functions(py::module_& m) {
+  auto info_dict = [](const kp_norm::PlanInfo& i) {
+    py::dict d;
+    d["row"] = i.row; d["kernel"] = i.kernel; d["e"] = i.e; d["tpr"] = i.tpr; d["csize"] = i.csize;
+    d["threads"] = i.threads; d["stages"] = i.stages; d["nv"] = i.nv; d["wrp"] = i.wrp; d["tile_m"] = i.tile_m;
+    d["multipass"] = i.multipass; d["smem"] = i.smem; d["grid"] = i.grid; d["partials"] = i.partials;
+    return d;
+  };
+  m.def(
+      "plan_fwd",
+      [info_dict](int64_t rows, int64_t cols, int act_dtype, int weight_dtype, int res_dtype, bool vector, bool res,
+                  bool is_rms, int n_affine, int device) {
+        kp_norm::FwdSig s;
+        s.cols = cols; s.act_dtype = act_dtype; s.weight_dtype = weight_dtype; s.res_dtype = res_dtype;
+        s.vector = vector; s.res = res; s.rms = is_rms; s.n_affine = n_affine;
+        return info_dict(kp_norm::norm_fwd_plan(s, rows, device));
+      },
+      py::arg("rows"), py::arg("cols"), py::arg("act_dtype"), py::arg("weight_dtype"), py::arg("res_dtype"),
+      py::arg("vector"), py::arg("res"), py::arg("is_rms"), py::arg("n_affine"), py::arg("device"),
+      "the forward plan of this signature (a dict: row, kernel, geometry, grid)");
+  m.def(
+      "plan_bwd",
+      [info_dict](int64_t rows, int64_t cols, int act_dtype, int x_dtype, int weight_dtype, bool vector, bool db,
+                  bool dres, int device) {
+        kp_norm::BwdSig s;
+        s.cols = cols; s.act_dtype = act_dtype; s.x_dtype = x_dtype; s.weight_dtype = weight_dtype;
+        s.vector = vector; s.db = db; s.dres = dres;
+        return info_dict(kp_norm::norm_bwd_plan(s, rows, device));
+      },
+      py::arg("rows"), py::arg("cols"), py::arg("act_dtype"), py::arg("x_dtype"), py::arg("weight_dtype"),
+      py::arg("vector"), py::arg("db"), py::arg("dres"), py::arg("device"),
+      "the backward plan of this signature (a dict: row, kernel, geometry, partials, grid)");
+  m.def("set_plan_override", &kp_norm::set_plan_override, py::arg("values"),
+        "replace the plan override: [(name, value), ...]; [] clears it");
+  m.def("plan_override_names", [] {
+    py::list names;
+    for (const char* n : kp_norm::kKnobNames) names.append(n);
+    return names;
+  });
+  m.attr("tuning_build") =
+#ifdef KP_NORM_TUNING
+      true;
+#else
+      false;
+#endif
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "kp-norm native CUDA kernels (RMSNorm / LayerNorm, fused residual)";
   kp::add_common(m, kp_norm::probe_kernel());
@@ -75,52 +124,7 @@ PYBIND11_MODULE(_C, m) {
       py::arg("is_rms"), py::arg("device"), py::arg("stream"),
       "dx (+ dres) and the fp32 dw/db partial rows of the norm backward");
 
-  // Plans (kp_norm.cuda_plan / plan_override): which table row and kernel a call gets, and the
-  // sweep override of the table's values.
-  auto info_dict = [](const kp_norm::PlanInfo& i) {
-    py::dict d;
-    d["row"] = i.row; d["kernel"] = i.kernel; d["e"] = i.e; d["tpr"] = i.tpr; d["csize"] = i.csize;
-    d["threads"] = i.threads; d["stages"] = i.stages; d["nv"] = i.nv; d["wrp"] = i.wrp; d["tile_m"] = i.tile_m;
-    d["multipass"] = i.multipass; d["smem"] = i.smem; d["grid"] = i.grid; d["partials"] = i.partials;
-    return d;
-  };
-  m.def(
-      "plan_fwd",
-      [info_dict](int64_t rows, int64_t cols, int act_dtype, int weight_dtype, int res_dtype, bool vector, bool res,
-                  bool is_rms, int n_affine, int device) {
-        kp_norm::FwdSig s;
-        s.cols = cols; s.act_dtype = act_dtype; s.weight_dtype = weight_dtype; s.res_dtype = res_dtype;
-        s.vector = vector; s.res = res; s.rms = is_rms; s.n_affine = n_affine;
-        return info_dict(kp_norm::norm_fwd_plan(s, rows, device));
-      },
-      py::arg("rows"), py::arg("cols"), py::arg("act_dtype"), py::arg("weight_dtype"), py::arg("res_dtype"),
-      py::arg("vector"), py::arg("res"), py::arg("is_rms"), py::arg("n_affine"), py::arg("device"),
-      "the forward plan of this signature (a dict: row, kernel, geometry, grid)");
-  m.def(
-      "plan_bwd",
-      [info_dict](int64_t rows, int64_t cols, int act_dtype, int x_dtype, int weight_dtype, bool vector, bool db,
-                  bool dres, int device) {
-        kp_norm::BwdSig s;
-        s.cols = cols; s.act_dtype = act_dtype; s.x_dtype = x_dtype; s.weight_dtype = weight_dtype;
-        s.vector = vector; s.db = db; s.dres = dres;
-        return info_dict(kp_norm::norm_bwd_plan(s, rows, device));
-      },
-      py::arg("rows"), py::arg("cols"), py::arg("act_dtype"), py::arg("x_dtype"), py::arg("weight_dtype"),
-      py::arg("vector"), py::arg("db"), py::arg("dres"), py::arg("device"),
-      "the backward plan of this signature (a dict: row, kernel, geometry, partials, grid)");
-  m.def("set_plan_override", &kp_norm::set_plan_override, py::arg("values"),
-        "replace the plan override: [(name, value), ...]; [] clears it");
-  m.def("plan_override_names", [] {
-    py::list names;
-    for (const char* n : kp_norm::kKnobNames) names.append(n);
-    return names;
-  });
-  m.attr("tuning_build") =
-#ifdef KP_NORM_TUNING
-      true;
-#else
-      false;
-#endif
+  add_plan_functions(m);
 
   m.def(
       "col_sum",

@@ -103,99 +103,105 @@ __device__ __forceinline__ void write_partials(const float (&aw)[E], const float
 // FT > 0 (CTA/cluster teams, E = 32): the CTA has FT threads and the row is exactly csize x FT x E
 // columns (16-bit hidden 4K-256K), so the geometry is compile-time: chunk offsets become
 // immediates and no chunk needs a bounds check (as the forward ring's FT).
+
+// The CTA's width (bd) and a team's (tpr): compile-time constants for the FT twins, so that they
+// fold into the address math where it is first built (as the kernel's constant locals did).
+template <int FT>
+struct BwdWidths {
+  static constexpr int bd = FT, tpr = FT;
+};
+template <>
+struct BwdWidths<0> {
+  int bd, tpr;
+};
+
+// A thread's share of the ring kernel: its team and columns, its slots in the smem rings, the copies
+// into them, the reads out of them and the row loops over them. Built once a kernel; a thread's
+// columns are the same every row.
 template <typename T, typename X, typename W, int E, bool WT, bool DB, int WRP, int FT>
-__global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(const BwdParams p) {
-  constexpr int VEC = 16 / sizeof(T), NV = E / VEC;
-  constexpr int XPP = VEC * sizeof(X) / 16, WPP = VEC * sizeof(W) / 16;  // packets a chunk
+struct BwdRing : BwdWidths<FT> {
+  using BwdWidths<FT>::bd;
+  using BwdWidths<FT>::tpr;
+  static constexpr int VEC = 16 / sizeof(T), NV = E / VEC;
+  static constexpr int XPP = VEC * sizeof(X) / 16, WPP = VEC * sizeof(W) / 16;  // packets a chunk
+  static constexpr int EB = DB ? E : 1;  // db accumulators
+  static constexpr int NWREG = WRP == 1 ? NV * WPP : 1;
+  static constexpr bool CST = WRP == 2;  // (mean, rstd) staged once a warp
+  // ACC2 (FT twins): the dw/db accumulators take each row in pass 2, from the same dy and xhat
+  // (same fmaf, same row order: bit-identical; FT rows are always active, no chunk skipped). In
+  // pass 1 ptxas sank those updates past the unrolled block_sum, kept dy and xhat live across its
+  // loads and spilled 8-32 B of accumulators at 128 registers, reloaded every row (ncu, H100,
+  // LayerNorm 64K with db: the largest stall). Without the spills the db twins went from slower
+  // than the run-time geometry to faster (H100 kernel alone, 16K/256K: 86.0/76.1 spilling,
+  // 88.1/76.8 run-time, 89.5/80.1 ACC2). FT = 0 (rolled block_sum, no sinking) keeps them in
+  // pass 1: there the move cost registers (bf16 db: 16 B of spills); so does FT = 128 without
+  // db, which did not spill (ACC2 there: +12 instructions a row).
+  static constexpr bool ACC2 = FT > 128 || (FT > 0 && DB);
   static_assert(E % VEC == 0 && VEC % 4 == 0, "E must be whole chunks");
   static_assert(!WRP || (!WT && sizeof(W) == sizeof(T)), "WRP: CTA/cluster teams, W as wide as T");
-  extern __shared__ uint4 ring_smem[];
-  __shared__ float red[2][64];
-  // The row sums of each CTA, pushed (no cluster barrier). WRP pushes row k + 1 before it waits
-  // for row k: four buffers (kp::ClusterExchangeN).
-  __shared__ kp::ClusterExchangeN<WRP ? 4 : 2> cx;
-
   static_assert(FT == 0 || !WT, "FT: CTA/cluster teams");
-  kp::allow_dependents();  // col_sum may be scheduled once every CTA of this one-wave grid runs
-  const int tid = threadIdx.x, bd = FT ? FT : blockDim.x, tpr = FT ? FT : p.tpr, S = p.stages;
-  int lane, team = 0, tpc = 1, crank = 0;
-  int64_t my_team, nteams, lead0;
-  const int64_t part = blockIdx.x / p.csize;
-  if constexpr (WT) {
-    tpc = bd / tpr;
-    lane = tid & (tpr - 1);
-    team = tid / tpr;
-    my_team = part * tpc + team;
-    nteams = static_cast<int64_t>(gridDim.x) * tpc;
-    lead0 = part * tpc + (tid & ~31) / tpr;  // the warp's first team: warp-uniform loop control
-  } else {
-    lane = tid;
-    crank = static_cast<int>(blockIdx.x % p.csize);
-    my_team = lead0 = part;
-    nteams = gridDim.x / p.csize;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (p.csize > 1) cx.init(p.csize);
-#endif
-  }
-  const int base = crank * tpr * E;
-  const bool has_dres = p.dres != nullptr;
-  uint4* const rdy = ring_smem + tid;         // [S][NV][bd]
-  uint4* const rx = rdy + S * NV * bd;        // [S][NV][XPP][bd]
-  uint4* const rdr = rx + S * NV * XPP * bd;  // [S][NV][XPP][bd] when has_dres
-  uint4* const ring_end = ring_smem + S * NV * (1 + (has_dres ? 2 : 1) * XPP) * bd;
-  // WRP < 2: (mean, rstd) [S][2][bd] a thread, then w_eff [NV * VEC/4][bd] float4 (WRP = 0).
-  // WRP = 2: raw w [NV * WPP][bd] uint4, then (mean, rstd) [S][2][bd / 32] a warp.
-  constexpr bool CST = WRP == 2;
-  const int stat_stride = CST ? bd >> 5 : bd;
-  float* const rst = CST ? reinterpret_cast<float*>(ring_end + NV * WPP * bd) + (tid >> 5) : reinterpret_cast<float*>(ring_end) + tid;
-  float4* const wsm = reinterpret_cast<float4*>(reinterpret_cast<float*>(ring_end) + 2 * S * bd) + tid;
-  uint4* const wraw = ring_end + tid;
-
-  // This thread's columns: chunk i starts at col[i] (the same every row); ok[i]: inside the row.
-  int cols_[NV];
-  bool okc[NV];
-#pragma unroll
-  for (int i = 0; i < NV; ++i) cols_[i] = base + (i * tpr + lane) * VEC, okc[i] = FT || cols_[i] < p.cols;
-  uint4 wreg[WRP == 1 ? NV * WPP : 1];  // WRP: raw w, zeros past the row or without a weight
-  if constexpr (WRP) {
-    const W* wp = static_cast<const W*>(p.w);
-#pragma unroll
-    for (int i = 0; i < NV; ++i)
-#pragma unroll
-      for (int j = 0; j < WPP; ++j) {
-        const uint4 v = p.has_w && okc[i] ? kp::ld16<Ld::RO>(wp + cols_[i] + j * kp::Packet<W>::N) : make_uint4(0, 0, 0, 0);
-        if constexpr (WRP == 1) wreg[i * WPP + j] = v;
-        else wraw[(i * WPP + j) * bd] = v;  // thread-private slots: no barrier
-      }
-  } else {  // w_eff once: fp32, thread-private slots (no barrier needed)
-    const W* wp = static_cast<const W*>(p.w);
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {
-      float w[VEC];
-      if (p.has_w && okc[i]) {
-#pragma unroll
-        for (int j = 0; j < WPP; ++j) kp::unpack<W>(kp::ld16<Ld::RO>(wp + cols_[i] + j * kp::Packet<W>::N), w + j * kp::Packet<W>::N);
-#pragma unroll
-        for (int q = 0; q < VEC; ++q) w[q] += p.w_off;
-      } else {
-#pragma unroll
-        for (int q = 0; q < VEC; ++q) w[q] = p.has_w ? 0.f : 1.f;
-      }
-#pragma unroll
-      for (int j = 0; j < VEC / 4; ++j) wsm[(i * (VEC / 4) + j) * bd] = make_float4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
-    }
-  }
-
-  // Chunk i (dy, x, dres) of the row at these row pointers into stage s; zeros where ok is false
-  // (idle teams, chunks past the row).
   struct RowPtrs { const T* dy; const X* x; const X* dres; };
-  auto row_ptrs = [&](int64_t r, bool act) {
+
+  const BwdParams& p;
+  int tid, S;
+  int lane, team, tpc, crank;
+  int64_t my_team, nteams, lead0;  // lead0: the warp's first team (warp-uniform loop control)
+  int64_t part;  // the partial row this CTA writes
+  int base;      // the first column of this CTA's slice
+  bool has_dres;
+  uint4 *rdy, *rx, *rdr, *ring_end;  // dy, x, dres rings, then the stats and w (bwd_ring_kernel)
+  int stat_stride;
+  float* rst;
+  float4* wsm;
+  uint4* wraw;
+  // This thread's columns: chunk i starts at cols_[i] (the same every row); okc[i]: inside the row.
+  // The kernel's arrays: as members they kept the whole struct in memory until the loops were
+  // unrolled, and the kernel compiled to different SASS.
+  int (&cols_)[NV];
+  bool (&okc)[NV];
+
+  // The team geometry; also starts the cluster exchange (its mbarriers) where the kernel had it, as
+  // the order of the set-up code decides how ptxas schedules the kernel's start. The kernel lays
+  // out the ring and fills in the pointers below (see there).
+  template <typename CX>
+  __device__ __forceinline__ BwdRing(const BwdParams& prm, CX& cx, int (&cols)[NV], bool (&ok)[NV])
+      : p(prm), cols_(cols), okc(ok) {
+    tid = threadIdx.x;
+    if constexpr (!FT) this->bd = blockDim.x, this->tpr = p.tpr;
+    S = p.stages;
+    team = 0, tpc = 1, crank = 0;
+    part = blockIdx.x / p.csize;
+    if constexpr (WT) {
+      tpc = bd / tpr;
+      lane = tid & (tpr - 1);
+      team = tid / tpr;
+      my_team = part * tpc + team;
+      nteams = static_cast<int64_t>(gridDim.x) * tpc;
+      lead0 = part * tpc + (tid & ~31) / tpr;
+    } else {
+      lane = tid;
+      crank = static_cast<int>(blockIdx.x % p.csize);
+      my_team = lead0 = part;
+      nteams = gridDim.x / p.csize;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+      if (p.csize > 1) cx.init(p.csize);
+#endif
+    }
+    base = crank * tpr * E;
+    has_dres = p.dres != nullptr;
+  }
+
+  // Row r's dy, x and dres (row 0's when !act: an idle team's copies are masked off).
+  __device__ __forceinline__ RowPtrs row_ptrs(int64_t r, bool act) const {
     const int64_t rr = act ? r : 0;
     return RowPtrs{row_ptr<T>(p.dy, rr, p.dy_stride), row_ptr<X>(p.x, rr, p.x_stride),
                    has_dres ? row_ptr<X>(p.dres, rr, p.dres_stride) : nullptr};
-  };
-  // HD: dres is given (a compile-time copy of has_dres inside pass 2, see with_dres).
-  auto issue_chunk = [&](int s, int i, const RowPtrs& rp, bool ok, auto hd_t) {
+  }
+  // Chunk i (dy, x, dres) of the row at these row pointers into stage s; zeros where ok is false
+  // (idle teams, chunks past the row). HD: dres is given (a compile-time copy of has_dres inside
+  // pass 2, see with_dres).
+  template <typename HD>
+  __device__ __forceinline__ void issue_chunk(int s, int i, const RowPtrs& rp, bool ok, HD hd_t) const {
     kp::cp_async16(rdy + (s * NV + i) * bd, rp.dy + cols_[i], ok);
 #pragma unroll
     for (int j = 0; j < XPP; ++j) kp::cp_async16(rx + ((s * NV + i) * XPP + j) * bd, rp.x + cols_[i] + j * kp::Packet<X>::N, ok);
@@ -204,30 +210,31 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
       for (int j = 0; j < XPP; ++j)
         kp::cp_async16(rdr + ((s * NV + i) * XPP + j) * bd, rp.dres + cols_[i] + j * kp::Packet<X>::N, ok);
     }
-  };
-  auto issue_stats = [&](int s, int64_t r) {
+  }
+  __device__ __forceinline__ void issue_stats(int s, int64_t r) const {
     const bool act = r < p.rows;
     if (!CST || (tid & 31) == 0) {
       kp::cp_async4(rst + (2 * s) * stat_stride, p.is_rms ? p.rstd : p.mean + (act ? r : 0), act && !p.is_rms);
       kp::cp_async4(rst + (2 * s + 1) * stat_stride, p.rstd + (act ? r : 0), act);
     }
-  };
+  }
   // (rstd, -mean * rstd) of the row in stage s (CST: lane 0's copy; call with the warp converged).
-  auto read_stats = [&](int s, float& rs, float& nmr) {
+  __device__ __forceinline__ void read_stats(int s, float& rs, float& nmr) const {
     float m = 0.f, r = 0.f;
     if (!CST || (tid & 31) == 0) m = rst[(2 * s) * stat_stride], r = rst[(2 * s + 1) * stat_stride];
     if constexpr (CST) m = __shfl_sync(0xffffffffu, m, 0), r = __shfl_sync(0xffffffffu, r, 0);
     rs = r, nmr = -m * r;
-  };
-  auto w_packet = [&](int i, int j) -> uint4 {
+  }
+  __device__ __forceinline__ uint4 w_packet(const uint4 (&wreg)[NWREG], int i, int j) const {
     if constexpr (WRP == 1) return wreg[i * WPP + j];
     else return wraw[(i * WPP + j) * bd];
-  };
-  auto read_x = [&](int s, int i, float* v) {
+  }
+  __device__ __forceinline__ void read_x(int s, int i, float* v) const {
 #pragma unroll
     for (int j = 0; j < XPP; ++j) kp::unpack<X>(rx[((s * NV + i) * XPP + j) * bd], v + j * kp::Packet<X>::N);
-  };
-  auto read_dres = [&](int s, int i, float* r, auto hd_t) {  // zeros without dres
+  }
+  template <typename HD>
+  __device__ __forceinline__ void read_dres(int s, int i, float* r, HD hd_t) const {  // zeros without dres
     if constexpr (decltype(hd_t)::value) {
 #pragma unroll
       for (int j = 0; j < XPP; ++j) kp::unpack<X>(rdr[((s * NV + i) * XPP + j) * bd], r + j * kp::Packet<X>::N);
@@ -235,44 +242,40 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
 #pragma unroll
       for (int q = 0; q < VEC; ++q) r[q] = 0.f;
     }
-  };
-  auto read_w = [&](int i, float* w) {
+  }
+  __device__ __forceinline__ void read_w(int i, float* w) const {
 #pragma unroll
     for (int j = 0; j < VEC / 4; ++j) {
       const float4 f = wsm[(i * (VEC / 4) + j) * bd];
       w[4 * j] = f.x, w[4 * j + 1] = f.y, w[4 * j + 2] = f.z, w[4 * j + 3] = f.w;
     }
-  };
+  }
+  // WRP: chunk i's raw w packets, into wreg (WRP = 1) or its smem slots (WRP = 2; thread-private
+  // slots: no barrier).
+  __device__ __forceinline__ void load_w_chunk(uint4 (&wreg)[NWREG], int i) const {
+    const W* wp = static_cast<const W*>(p.w);
+#pragma unroll
+    for (int j = 0; j < WPP; ++j) {
+      const uint4 v = p.has_w && okc[i] ? kp::ld16<Ld::RO>(wp + cols_[i] + j * kp::Packet<W>::N) : make_uint4(0, 0, 0, 0);
+      if constexpr (WRP == 1) wreg[i * WPP + j] = v;
+      else wraw[(i * WPP + j) * bd] = v;
+    }
+  }
   // Pass 2 comes in two copies, with and without dres, so the one without has neither its reads
   // nor its zeros (a uniform branch a row instead of work a chunk).
-  auto with_dres = [&](auto&& f) {
+  template <typename F>
+  __device__ __forceinline__ void with_dres(F&& f) const {
     if (has_dres) f(std::true_type{});
     else f(std::false_type{});
-  };
-  // Rows 0 .. S-1 of this team, one cp.async group each; row k + S refills stage k % S during
-  // row k's pass 2 (each slot right after its last read), so S rows are in flight at once.
-  for (int s = 0; s < S; ++s) {
-    const int64_t r = my_team + s * nteams;
-    const RowPtrs rp = row_ptrs(r, r < p.rows);
-    with_dres([&](auto hd_t) {
-#pragma unroll
-      for (int i = 0; i < NV; ++i) issue_chunk(s, i, rp, r < p.rows && okc[i], hd_t);
-    });
-    issue_stats(s, r);
-    kp::cp_async_commit();
   }
-
-  float aw[E], ab[DB ? E : 1];
-#pragma unroll
-  for (int j = 0; j < E; ++j) aw[j] = 0.f;
-#pragma unroll
-  for (int j = 0; j < (DB ? E : 1); ++j) ab[j] = 0.f;
   // Pass 2 of chunk i, its dy, x, w and dres decoded: dx = rstd * (g - mean(g) - xhat *
   // mean(g * xhat)) [+ dres], rounded once to x_dtype and stored. With ACC_T the dw (and db)
   // accumulators take the row here too (the same fmaf as pass 1's, see ACC2); with WADD_T w is
   // raw and w_add makes it w_eff (WRP).
-  auto dx_chunk = [&](int i, float* d, const float* xh, float* w, const float* r, float rs, float nmr, float a,
-                      float c, X* dxr, auto acc_t, auto wadd_t, float w_add) {
+  template <typename ACC, typename WADD>
+  __device__ __forceinline__ void dx_chunk(float (&aw)[E], float (&ab)[EB], int i, float* d, const float* xh, float* w,
+                                           const float* r, float rs, float nmr, float a, float c, X* dxr, ACC acc_t,
+                                           WADD wadd_t, float w_add) const {
 #pragma unroll
     for (int q = 0; q < VEC; ++q) {
       if constexpr (decltype(wadd_t)::value) w[q] += w_add;
@@ -285,46 +288,53 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
     }
 #pragma unroll
     for (int j = 0; j < XPP; ++j) kp::st16(dxr + cols_[i] + j * kp::Packet<X>::N, kp::pack<X>(d + j * kp::Packet<X>::N));
-  };
-  const float inv_n = 1.f / static_cast<float>(p.cols);
-  if constexpr (WRP) {
-    // Groups: rows 0 .. S-1 above, then one a row, committed after its pass 2 (the chunks of row
-    // k + S, and its stats, issued into slot k % S only after their last reads). At the top of
-    // iteration k, S + k groups are committed, so row k + 1 has landed when at most S - 2 are
-    // pending: S >= 2 (launch_bwd; plan_bwd wants 3+ so that a row is in flight during pass 1).
-    // A CTA team's loop runs over its rows (lead == row): the same trip count cluster-wide.
-    const float w_add = p.has_w ? p.w_off : 1.f, w_add0 = p.has_w ? 0.f : 1.f;
-    auto pass1_send = [&](int k1, float& rs, float& nmr, float (&s2)[2]) {  // row k1 (landed)
-      const int st = k1 % S;
-      read_stats(st, rs, nmr);
+  }
+
+  // WRP: chunk i's dy, x, raw w (as floats, not yet w_eff) and dres, for pass 2.
+  template <typename HD>
+  __device__ __forceinline__ void read_chunk_wrp(const uint4 (&wreg)[NWREG], int st, int i, float* d, float* xh,
+                                                 float* w, float* r, HD hd_t) const {
+    kp::unpack<T>(rdy[(st * NV + i) * bd], d);
+    read_x(st, i, xh);
 #pragma unroll
-      for (int i = 0; i < NV; ++i) {
-        float d[VEC], xh[VEC], w[VEC];
-        kp::unpack<T>(rdy[(st * NV + i) * bd], d);
-        read_x(st, i, xh);
-        // w_eff: the fp32 add of the smem copy; past the row 0, without a weight 1 (wreg is 0 there).
-        const float add = okc[i] ? w_add : w_add0;
+    for (int j = 0; j < WPP; ++j) kp::unpack<W>(w_packet(wreg, i, j), w + j * kp::Packet<W>::N);
+    read_dres(st, i, r, hd_t);
+  }
+  // Pass 1 of chunk i of the row in stage st (without WRP): its share of the row sums and, unless
+  // ACC2, of the dw (and db) accumulators.
+  __device__ __forceinline__ void pass1_chunk(float (&aw)[E], float (&ab)[EB], int st, int i, float rs, float nmr,
+                                              float (&s2)[2]) const {
+    float d[VEC], xh[VEC], w[VEC];
+    kp::unpack<T>(rdy[(st * NV + i) * bd], d);
+    read_x(st, i, xh);
+    read_w(i, w);
 #pragma unroll
-        for (int j = 0; j < WPP; ++j) kp::unpack<W>(w_packet(i, j), w + j * kp::Packet<W>::N);
-#pragma unroll
-        for (int q = 0; q < VEC; ++q) {
-          w[q] += add;
-          xh[q] = fmaf(xh[q], rs, nmr);
-          if constexpr (!DB) aw[i * VEC + q] = fmaf(d[q], xh[q], aw[i * VEC + q]);
-          const float g = d[q] * w[q];
-          s2[0] = fmaf(g, xh[q], s2[0]);
-          s2[1] += g;
-        }
+    for (int q = 0; q < VEC; ++q) {
+      xh[q] = fmaf(xh[q], rs, nmr);
+      if constexpr (!ACC2) {
+        aw[i * VEC + q] = fmaf(d[q], xh[q], aw[i * VEC + q]);
+        if constexpr (DB) ab[i * VEC + q] += d[q];
       }
-      team_sum<FT>(s2, tpr, red[k1 & 1]);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-      if (p.csize > 1) cx.send(k1, make_float4(s2[0], s2[1], 0.f, 0.f), p.csize);
-#endif
-    };
-    float rs = 0.f, nmr = 0.f, s2[2] = {0.f, 0.f};  // row k's, from its pass 1 to its pass 2
+      const float g = d[q] * w[q];
+      s2[0] = fmaf(g, xh[q], s2[0]);
+      s2[1] += g;
+    }
+  }
+  // The WRP row loop, pipelined: pass 1 of row k + 1 and the push of its sums come before the wait
+  // for row k's cluster sums and row k's pass 2. Groups: rows 0 .. S-1 first (the kernel), then one
+  // a row, committed after its pass 2 (the chunks of row k + S, and its stats, issued into slot
+  // k % S only after their last reads). At the top of iteration k, S + k groups are committed, so
+  // row k + 1 has landed when at most S - 2 are pending: S >= 2 (launch_bwd; plan_bwd wants 3+ so
+  // that a row is in flight during pass 1). A CTA team's loop runs over its rows (lead == row):
+  // the same trip count cluster-wide. rs, nmr, s2: row k's, carried from its pass 1 to its pass 2.
+  template <typename CX>
+  __device__ __forceinline__ void rows_pipelined(float (&aw)[E], float (&ab)[EB], uint4 (&wreg)[NWREG], float& rs,
+                                                 float& nmr, float (&s2)[2], float inv_n, float (*red)[64],
+                                                 CX& cx) const {
+    const float w_add = p.has_w ? p.w_off : 1.f, w_add0 = p.has_w ? 0.f : 1.f;
     if (my_team < p.rows) {
       kp::cp_async_wait(S - 1);  // row 0
-      pass1_send(0, rs, nmr, s2);
+      pass1_send(aw, wreg, red, cx, w_add, w_add0, 0, rs, nmr, s2);
     }
     int k = 0;
     for (int64_t row = my_team; row < p.rows; row += nteams, ++k) {
@@ -332,12 +342,13 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
       const int64_t nrow = row + S * nteams;
       const bool nact = nrow < p.rows;
       issue_stats(st, nrow);  // row k's stats were read by its pass 1
-      float rs1 = 0.f, nmr1 = 0.f, t[2] = {0.f, 0.f};
+      float nmr1 = 0.f, rs1 = 0.f, t[2] = {0.f, 0.f};  // row k + 1's (nmr1 first: as rs1, nmr1 ptxas
+                                                       // assigned other registers)
       if (row + nteams < p.rows) {
         kp::cp_async_wait(S - 2);  // row k + 1
 #pragma unroll
         for (int j = 0; j < (WRP == 1 ? NV * WPP : 0); ++j) kp::opaque(wreg[j]);  // else the decoded w is hoisted (2x the registers)
-        pass1_send(k + 1, rs1, nmr1, t);
+        pass1_send(aw, wreg, red, cx, w_add, w_add0, k + 1, rs1, nmr1, t);
       }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       if (p.csize > 1) {  // the sum over ranks in rank order, as ClusterExchangeN::sum
@@ -348,7 +359,7 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
 #endif
       const float a = s2[0] * inv_n, c = p.is_rms ? 0.f : s2[1] * inv_n;
 
-      // Pass 2 of row k, as below; its slots take row k + S.
+      // Pass 2 of row k, as in rows(); its slots take row k + S.
 #pragma unroll
       for (int j = 0; j < (WRP == 1 ? NV * WPP : 0); ++j) kp::opaque(wreg[j]);  // decode again: no w kept from pass 1
       X* dxr = row_ptr<X>(p.dx, row, p.dx_stride);
@@ -358,29 +369,18 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
         for (int i = 0; i < NV; ++i) {
           if (!okc[i]) continue;
           float d[VEC], xh[VEC], w[VEC], r[VEC];
-          kp::unpack<T>(rdy[(st * NV + i) * bd], d);
-          read_x(st, i, xh);
-#pragma unroll
-          for (int j = 0; j < WPP; ++j) kp::unpack<W>(w_packet(i, j), w + j * kp::Packet<W>::N);
-          read_dres(st, i, r, hd_t);
-          dx_chunk(i, d, xh, w, r, rs, nmr, a, c, dxr, std::bool_constant<DB>{}, std::true_type{}, w_add);  // db: as ACC2
+          read_chunk_wrp(wreg, st, i, d, xh, w, r, hd_t);
+          dx_chunk(aw, ab, i, d, xh, w, r, rs, nmr, a, c, dxr, std::bool_constant<DB>{}, std::true_type{}, w_add);  // db: as ACC2
           issue_chunk(st, i, np, nact, hd_t);
         }
       });
       kp::cp_async_commit();
       rs = rs1, nmr = nmr1, s2[0] = t[0], s2[1] = t[1];
     }
-  } else {
-    // ACC2 (FT twins): the dw/db accumulators take each row in pass 2, from the same dy and xhat
-    // (same fmaf, same row order: bit-identical; FT rows are always active, no chunk skipped). In
-    // pass 1 ptxas sank those updates past the unrolled block_sum, kept dy and xhat live across its
-    // loads and spilled 8-32 B of accumulators at 128 registers, reloaded every row (ncu, H100,
-    // LayerNorm 64K with db: the largest stall). Without the spills the db twins went from slower
-    // than the run-time geometry to faster (H100 kernel alone, 16K/256K: 86.0/76.1 spilling,
-    // 88.1/76.8 run-time, 89.5/80.1 ACC2). FT = 0 (rolled block_sum, no sinking) keeps them in
-    // pass 1: there the move cost registers (bf16 db: 16 B of spills); so does FT = 128 without
-    // db, which did not spill (ACC2 there: +12 instructions a row).
-    constexpr bool ACC2 = FT > 128 || (FT > 0 && DB);
+  }
+  // The row loop without WRP: row k's pass 1, its sums over the team (and cluster), its pass 2.
+  template <typename CX>
+  __device__ __forceinline__ void rows(float (&aw)[E], float (&ab)[EB], float inv_n, float (*red)[64], CX& cx) const {
     int k = 0;
     for (int64_t lead = lead0; lead < p.rows; lead += nteams, ++k) {
       const int64_t row = my_team + (lead - lead0);
@@ -396,26 +396,8 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
       // Pass 1: the row sums and the dw (and db) accumulators. Idle teams and chunks past the row
       // read zeros (dy = 0), so they add nothing.
       float s2[2] = {0.f, 0.f};
-      {
 #pragma unroll
-        for (int i = 0; i < NV; ++i) {
-          float d[VEC], xh[VEC], w[VEC];
-          kp::unpack<T>(rdy[(st * NV + i) * bd], d);
-          read_x(st, i, xh);
-          read_w(i, w);
-#pragma unroll
-          for (int q = 0; q < VEC; ++q) {
-            xh[q] = fmaf(xh[q], rs, nmr);
-            if constexpr (!ACC2) {
-              aw[i * VEC + q] = fmaf(d[q], xh[q], aw[i * VEC + q]);
-              if constexpr (DB) ab[i * VEC + q] += d[q];
-            }
-            const float g = d[q] * w[q];
-            s2[0] = fmaf(g, xh[q], s2[0]);
-            s2[1] += g;
-          }
-        }
-      }
+      for (int i = 0; i < NV; ++i) pass1_chunk(aw, ab, st, i, rs, nmr, s2);
       team_sum<FT>(s2, tpr, red[k & 1]);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
       if (!WT && p.csize > 1) {
@@ -446,7 +428,7 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
             read_x(st, i, xh);
             read_w(i, w);
             read_dres(st, i, r, hd_t);
-            dx_chunk(i, d, xh, w, r, rs, nmr, a, c, dxr, std::bool_constant<ACC2>{}, std::false_type{}, 0.f);
+            dx_chunk(aw, ab, i, d, xh, w, r, rs, nmr, a, c, dxr, std::bool_constant<ACC2>{}, std::false_type{}, 0.f);
           }
           issue_chunk(st, i, np, nact, hd_t);
         }
@@ -454,12 +436,131 @@ __global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(c
       kp::cp_async_commit();
     }
   }
+  // WRP, pass 1 of row k1 (landed): its stats, the row sums and (without db) the dw accumulators,
+  // then the team sum and the push of this CTA's sums to the cluster.
+  template <typename CX>
+  __device__ __forceinline__ void pass1_send(float (&aw)[E], uint4 (&wreg)[NWREG], float (*red)[64], CX& cx,
+                                             float w_add, float w_add0, int k1, float& rs, float& nmr,
+                                             float (&s2)[2]) const {
+    const int st = k1 % S;
+    read_stats(st, rs, nmr);
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      float d[VEC], xh[VEC], w[VEC];
+      kp::unpack<T>(rdy[(st * NV + i) * bd], d);
+      read_x(st, i, xh);
+      // w_eff: the fp32 add of the smem copy; past the row 0, without a weight 1 (wreg is 0 there).
+      const float add = okc[i] ? w_add : w_add0;
+#pragma unroll
+      for (int j = 0; j < WPP; ++j) kp::unpack<W>(w_packet(wreg, i, j), w + j * kp::Packet<W>::N);
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) {
+        w[q] += add;
+        xh[q] = fmaf(xh[q], rs, nmr);
+        if constexpr (!DB) aw[i * VEC + q] = fmaf(d[q], xh[q], aw[i * VEC + q]);
+        const float g = d[q] * w[q];
+        s2[0] = fmaf(g, xh[q], s2[0]);
+        s2[1] += g;
+      }
+    }
+    team_sum<FT>(s2, tpr, red[k1 & 1]);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (p.csize > 1) cx.send(k1, make_float4(s2[0], s2[1], 0.f, 0.f), p.csize);
+#endif
+  }
+};
+
+template <typename T, typename X, typename W, int E, bool WT, bool DB, int WRP, int FT>
+__global__ void __launch_bounds__(kMaxThreads, E <= 8 ? 2 : 1) bwd_ring_kernel(const BwdParams p) {
+  using R = BwdRing<T, X, W, E, WT, DB, WRP, FT>;
+  constexpr int VEC = R::VEC, NV = R::NV, XPP = R::XPP, WPP = R::WPP;
+  extern __shared__ uint4 ring_smem[];
+  __shared__ float red[2][64];
+  // The row sums of each CTA, pushed (no cluster barrier). WRP pushes row k + 1 before it waits
+  // for row k: four buffers (kp::ClusterExchangeN).
+  __shared__ kp::ClusterExchangeN<WRP ? 4 : 2> cx;
+
+  kp::allow_dependents();  // col_sum may be scheduled once every CTA of this one-wave grid runs
+  int cols_[NV];
+  bool okc[NV];
+  R ring(p, cx, cols_, okc);
+  const int tid = ring.tid, bd = FT ? FT : ring.bd, tpr = FT ? FT : ring.tpr, S = ring.S;
+  const int64_t my_team = ring.my_team, nteams = ring.nteams;
+  const bool has_dres = ring.has_dres;
+  // The ring's layout. Computed here rather than in BwdRing's constructor: built there, the
+  // address math of the FT = 256 kernels compiled to different SASS.
+  uint4* const rdy = ring_smem + tid;         // [S][NV][bd]
+  uint4* const rx = rdy + S * NV * bd;        // [S][NV][XPP][bd]
+  uint4* const rdr = rx + S * NV * XPP * bd;  // [S][NV][XPP][bd] when has_dres
+  uint4* const ring_end = ring_smem + S * NV * (1 + (has_dres ? 2 : 1) * XPP) * bd;
+  // WRP < 2: (mean, rstd) [S][2][bd] a thread, then w_eff [NV * VEC/4][bd] float4 (WRP = 0).
+  // WRP = 2: raw w [NV * WPP][bd] uint4, then (mean, rstd) [S][2][bd / 32] a warp.
+  const int stat_stride = R::CST ? bd >> 5 : bd;
+  float* const rst = R::CST ? reinterpret_cast<float*>(ring_end + NV * WPP * bd) + (tid >> 5) : reinterpret_cast<float*>(ring_end) + tid;
+  float4* const wsm = reinterpret_cast<float4*>(reinterpret_cast<float*>(ring_end) + 2 * S * bd) + tid;
+  uint4* const wraw = ring_end + tid;
+  // This thread's columns: chunk i starts at cols_[i] (the same every row); okc[i]: inside the row.
+#pragma unroll
+  for (int i = 0; i < NV; ++i) cols_[i] = ring.base + (i * tpr + ring.lane) * VEC, okc[i] = FT || cols_[i] < p.cols;
+  ring.rdy = rdy, ring.rx = rx, ring.rdr = rdr, ring.ring_end = ring_end;
+  ring.stat_stride = stat_stride, ring.rst = rst, ring.wsm = wsm, ring.wraw = wraw;
+
+  uint4 wreg[R::NWREG];  // WRP: raw w, zeros past the row or without a weight
+  if constexpr (WRP) {
+#pragma unroll
+    for (int i = 0; i < NV; ++i) ring.load_w_chunk(wreg, i);
+  } else {  // w_eff once: fp32, thread-private slots (no barrier needed); as a member: other SASS
+    const W* wp = static_cast<const W*>(p.w);
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      float w[VEC];
+      if (p.has_w && okc[i]) {
+#pragma unroll
+        for (int j = 0; j < WPP; ++j) kp::unpack<W>(kp::ld16<Ld::RO>(wp + cols_[i] + j * kp::Packet<W>::N), w + j * kp::Packet<W>::N);
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) w[q] += p.w_off;
+      } else {
+#pragma unroll
+        for (int q = 0; q < VEC; ++q) w[q] = p.has_w ? 0.f : 1.f;
+      }
+#pragma unroll
+      for (int j = 0; j < VEC / 4; ++j) wsm[(i * (VEC / 4) + j) * bd] = make_float4(w[4 * j], w[4 * j + 1], w[4 * j + 2], w[4 * j + 3]);
+    }
+  }
+
+  // Rows 0 .. S-1 of this team, one cp.async group each; row k + S refills stage k % S during
+  // row k's pass 2 (each slot right after its last read), so S rows are in flight at once.
+  for (int s = 0; s < S; ++s) {
+    const int64_t r = my_team + s * nteams;
+    const typename R::RowPtrs rp = ring.row_ptrs(r, r < p.rows);
+    ring.with_dres([&](auto hd_t) {
+#pragma unroll
+      for (int i = 0; i < NV; ++i) ring.issue_chunk(s, i, rp, r < p.rows && okc[i], hd_t);
+    });
+    ring.issue_stats(s, r);
+    kp::cp_async_commit();
+  }
+
+  float aw[E], ab[R::EB];
+#pragma unroll
+  for (int j = 0; j < E; ++j) aw[j] = 0.f;
+#pragma unroll
+  for (int j = 0; j < R::EB; ++j) ab[j] = 0.f;
+  const float inv_n = 1.f / static_cast<float>(p.cols);
+  if constexpr (WRP) {
+    // Row k's (rstd, -mean * rstd) and sums, from its pass 1 to its pass 2. Declared here, after
+    // the accumulators: inside rows_pipelined they changed ptxas's register assignment.
+    float rs = 0.f, nmr = 0.f, s2[2] = {0.f, 0.f};
+    ring.rows_pipelined(aw, ab, wreg, rs, nmr, s2, inv_n, red, cx);
+  } else {
+    ring.rows(aw, ab, inv_n, red, cx);
+  }
   kp::cp_async_wait(0);
-  const Lay<T, E, true> lay{base, lane, tpr, p.cols};
+  const Lay<T, E, true> lay{ring.base, ring.lane, tpr, p.cols};
   Geo g(tpr, p.csize);
-  g.team = team, g.tpc = tpc;
+  g.team = ring.team, g.tpc = ring.tpc;
   if constexpr (WT) __syncthreads();  // the ring becomes the merge buffer
-  write_partials<WT>(aw, ab, lay, p, g, part, reinterpret_cast<float*>(ring_smem));
+  write_partials<WT>(aw, ab, lay, p, g, ring.part, reinterpret_cast<float*>(ring_smem));
 }
 
 // ---- direct kernel: scalar loads (unaligned rows / odd widths), next row prefetched in registers -

@@ -118,50 +118,69 @@ __device__ __forceinline__ float affine_out(float h, float nmr, float rstd, floa
 // chunk's smem and global offsets become immediates and no chunk needs a bounds check. With the
 // run-time geometry, addressing and predication were ~35 of the ~85 SASS instructions per
 // 8-element chunk of the output pass.
-template <typename T, typename W, bool RES, bool RMS, int WM, int FT>
-__global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3 : 2) fwd_ring_kernel(const FwdParams p) {
-  constexpr bool WS = WM == kWSmem, WR = WM == kWReg, PIPE = WR;
-  constexpr int VEC = 16 / sizeof(T), NVM = kRingNV;
-  extern __shared__ uint4 ring_smem[];
-  __shared__ __align__(16) float red[2][32];  // float2 [16] each for team_mean_m2
-  __shared__ kp::ClusterExchangeN<PIPE ? 4 : 2> cx;  // one partial per CTA per row, pushed (no cluster barrier)
 
-  const int tid = threadIdx.x, S = p.stages;
-  constexpr bool FULL = FT > 0;
-  const int bd = FULL ? FT : blockDim.x, tpr = FULL ? FT : p.tpr, nv = FULL ? NVM : p.nv;
-  const int crank = static_cast<int>(blockIdx.x % p.csize);
-  const int64_t my_team = blockIdx.x / p.csize, nteams = gridDim.x / p.csize;
-  const int base = crank * tpr * nv * VEC;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (p.csize > 1) cx.init(p.csize);
-#endif
-  const int rppc = RES && p.res_f32 ? VEC / 4 : 1;  // residual packets a chunk (fp32 res of a 16-bit act: 2)
-  constexpr int WPP = VEC * static_cast<int>(sizeof(W)) / 16, WPN = kp::Packet<W>::N;  // weight packets a chunk, values a packet
-  uint4* const xring = ring_smem + tid;
-  uint4* const rring = ring_smem + S * nv * bd + tid;
+// A thread's share of the ring kernel: its columns, its slots in the smem rings, and the passes
+// over a staged row. Built once a kernel; a thread's columns are the same every row.
+template <typename T, typename W, bool RES, bool RMS, int WM, int FT>
+struct FwdRing {
+  static constexpr bool WS = WM == kWSmem, WR = WM == kWReg, FULL = FT > 0;
+  static constexpr int VEC = 16 / sizeof(T), NVM = kRingNV;
+  static constexpr int WPP = VEC * static_cast<int>(sizeof(W)) / 16, WPN = kp::Packet<W>::N;  // weight packets a chunk, values a packet
+  // kWReg: 16-bit weights and bias of 8 chunks are 2 x 32 registers; zeros past the row.
+  static constexpr int NWREG = WR ? NVM * WPP : 1, NBREG = WR && !RMS ? NVM * WPP : 1;
+
+  const FwdParams& p;
+  const int tid, S, bd, tpr, nv, crank;
+  const int64_t my_team, nteams;  // this team takes rows my_team, my_team + nteams, ...
+  const int base;
+  int rppc;  // residual packets a chunk (fp32 res of a 16-bit act: 2)
+  uint4* xring;
+  uint4* rring;
   // Weights (and bias) of this CTA's slice, staged once: the slice is the same every row, and with
   // the smem carve-out at its maximum L1 cannot keep them (ncu at 65536: 4-8% L1 hits, so every
   // row re-read its weights from L2: as many bytes again as x for RMSNorm, twice for LayerNorm).
-  uint4* const wring = ring_smem + S * nv * bd * (RES ? 1 + rppc : 1) + tid;
-  uint4* const bring = wring + nv * WPP * bd;
+  uint4* wring;
+  uint4* bring;
   // This thread's chunk i starts at column col(i) (the same every row); in(i): it is in the row.
   // Recomputed where used: an IMAD is cheaper than the registers that 3 CTAs an SM cannot spare.
-  const int c0 = base + tid * VEC, cstep = tpr * VEC;
-  auto col = [&](int i) { return c0 + i * cstep; };
-  auto in = [&](int i) { return FULL ? i < NVM : i < nv && col(i) < p.cols; };
-  const int esz = RES && p.res_f32 ? 4 : static_cast<int>(sizeof(T));
-  auto res_row = [&](int64_t r) { return static_cast<const char*>(p.res) + r * p.res_stride * esz; };
+  int c0, cstep;
+  int esz;
+
+  // Also starts the cluster exchange (its mbarriers), between the geometry and the slots: moving
+  // it changes how ptxas schedules the kernel's start.
+  template <typename CX>
+  __device__ __forceinline__ FwdRing(const FwdParams& prm, uint4* smem, CX& cx)
+      : p(prm), tid(threadIdx.x), S(prm.stages), bd(FULL ? FT : blockDim.x), tpr(FULL ? FT : prm.tpr),
+        nv(FULL ? NVM : prm.nv), crank(static_cast<int>(blockIdx.x % prm.csize)), my_team(blockIdx.x / prm.csize),
+        nteams(gridDim.x / prm.csize), base(crank * tpr * nv * VEC) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (p.csize > 1) cx.init(p.csize);
+#endif
+    rppc = RES && p.res_f32 ? VEC / 4 : 1;
+    xring = smem + tid;
+    rring = smem + S * nv * bd + tid;
+    wring = smem + S * nv * bd * (RES ? 1 + rppc : 1) + tid;
+    bring = wring + nv * WPP * bd;
+    c0 = base + tid * VEC, cstep = tpr * VEC;
+    esz = RES && p.res_f32 ? 4 : static_cast<int>(sizeof(T));
+  }
+
+  __device__ __forceinline__ int col(int i) const { return c0 + i * cstep; }
+  __device__ __forceinline__ bool in(int i) const { return FULL ? i < NVM : i < nv && col(i) < p.cols; }
+  __device__ __forceinline__ const char* res_row(int64_t r) const {
+    return static_cast<const char*>(p.res) + r * p.res_stride * esz;
+  }
 
   // Chunk i of row r into stage s (zeros where ok is false: chunks past the row read as 0).
-  auto issue_chunk = [&](int s, int i, const T* xrow, const char* rrow, bool ok) {
+  __device__ __forceinline__ void issue_chunk(int s, int i, const T* xrow, const char* rrow, bool ok) const {
     kp::cp_async16(xring + (s * nv + i) * bd, ok ? static_cast<const void*>(xrow + col(i)) : p.x, ok);
     if constexpr (RES) {
       for (int j = 0; j < rppc; ++j)
         kp::cp_async16(rring + ((s * nv + i) * rppc + j) * bd,
                        ok ? static_cast<const void*>(rrow + (col(i) * esz + 16 * j)) : p.res, ok);
     }
-  };
-  auto issue = [&](int s, int64_t r) {
+  }
+  __device__ __forceinline__ void issue(int s, int64_t r) const {
     const bool act = r < p.rows;
     const T* xrow = row_ptr<T>(p.x, act ? r : 0, p.x_stride);
     const char* rrow = RES ? res_row(act ? r : 0) : nullptr;
@@ -169,9 +188,9 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
     for (int i = 0; i < NVM; ++i)
       if (i < nv) issue_chunk(s, i, xrow, rrow, act && in(i));
     kp::cp_async_commit();  // one group per row, empty or not, so the wait counts stay uniform
-  };
+  }
   // Chunk i of h (x, or x + res rounded to res_dtype once pass 0 has written it to the res ring).
-  auto read_h = [&](int s, int i, float* h) {
+  __device__ __forceinline__ void read_h(int s, int i, float* h) const {
     if constexpr (RES) {
       if (p.res_f32) {
         for (int j = 0; j < rppc; ++j) kp::unpack<float>(rring[((s * nv + i) * rppc + j) * bd], h + 4 * j);
@@ -181,21 +200,11 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
     } else {
       kp::unpack<T>(xring[(s * nv + i) * bd], h);
     }
-  };
-  // kWReg: 16-bit weights and bias of 8 chunks are 2 x 32 registers; zeros past the row.
-  uint4 wreg[WR ? NVM * WPP : 1], breg[WR && !RMS ? NVM * WPP : 1];
-  if constexpr (WR) {
-#pragma unroll
-    for (int i = 0; i < NVM; ++i)
-#pragma unroll
-      for (int j = 0; j < WPP; ++j) {
-        const bool ok = in(i);
-        wreg[i * WPP + j] = ok && p.has_w ? kp::ld16<Ld::RO>(static_cast<const W*>(p.w) + col(i) + j * WPN) : make_uint4(0, 0, 0, 0);
-        if constexpr (!RMS)
-          breg[i * WPP + j] = ok && p.has_b ? kp::ld16<Ld::RO>(static_cast<const W*>(p.b) + col(i) + j * WPN) : make_uint4(0, 0, 0, 0);
-      }
   }
-  if constexpr (WS) {  // joins the first row's cp.async group
+
+  // kWSmem: copy this thread's weight (and bias) packets into its smem slots, once. Issued before
+  // the first row's copies, so the first row's wait covers them.
+  __device__ __forceinline__ void stage_weights() const {
     const bool hb = !RMS && p.has_b;
 #pragma unroll
     for (int i = 0; i < NVM; ++i) {
@@ -206,15 +215,13 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
       }
     }
   }
-  for (int s = 0; s < S; ++s) issue(s, my_team + s * nteams);
 
   // This CTA's statistics of the row in stage st (after pass 0, which with a residual writes
   // h = x + res, rounded to res_dtype, into the res ring and res_out). RMS: (sum of squares, -, -, -).
   // LayerNorm, exact two-pass over the slice: (sum, M2 about the slice mean, valid columns, slice
   // mean); FT twins merge per-thread (mean, M2) pairs instead (one reduction). Chunks past the row
-  // read 0.
-  int nred = 0;
-  auto local_stats = [&](int st, int64_t row) -> float4 {
+  // read 0. nred: which of the two reduction buffers is next.
+  __device__ __forceinline__ float4 local_stats(int st, int64_t row, float (*red)[32], int& nred) const {
     if constexpr (RES) {
       char* orow = p.has_res_out ? static_cast<char*>(p.res_out) + row * p.res_out_stride * esz : nullptr;
 #pragma unroll
@@ -295,16 +302,18 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
     a[0] = NA == 1 ? c4[0] : (c4[0] + c4[1]) + (c4[2] + c4[3]);
     team_sum<FT>(a, tpr, red[nred++ & 1]);
     return make_float4(s_here, a[0], static_cast<float>(n_here), mean);
-  };
+  }
   // Push row k's partial to every CTA of the cluster (the sum and the merge wait for the others').
-  auto send_stats = [&](int k, const float4& v) {
+  template <typename CX>
+  __device__ __forceinline__ void send_stats(CX& cx, int k, const float4& v) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (p.csize > 1) cx.send(k, v, p.csize);
 #endif
-  };
+  }
   // Row statistics from this CTA's partial v (and, in a cluster, everyone's for row k): mean, m2.
   // LayerNorm merges the CTA partials (sum, M2, n) with Chan's formula.
-  auto row_stats = [&](int k, const float4& v, float& mean, float& m2) {
+  template <typename CX>
+  __device__ __forceinline__ void row_stats(CX& cx, int k, const float4& v, float& mean, float& m2) const {
     mean = RMS ? 0.f : v.w;
     m2 = RMS ? v.x : v.y;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -318,15 +327,92 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
       }
     }
 #endif
-  };
+  }
 
+  // Chunk i's weight and bias as floats, from wherever WM keeps them.
+  template <bool HW, bool HB>
+  __device__ __forceinline__ void read_affine(int i, float* w, float* b, const uint4 (&wreg)[NWREG],
+                                              const uint4 (&breg)[NBREG]) const {
+    if constexpr (WS) {
+      for (int j = 0; j < WPP; ++j) {
+        if constexpr (HW) kp::unpack<W>(wring[(i * WPP + j) * bd], w + j * WPN);
+        if constexpr (HB) kp::unpack<W>(bring[(i * WPP + j) * bd], b + j * WPN);
+      }
+    } else if constexpr (WR) {
+#pragma unroll
+      for (int j = 0; j < WPP; ++j) {
+        if constexpr (HW) kp::unpack<W>(wreg[i * WPP + j], w + j * WPN);
+        if constexpr (HB) kp::unpack<W>(breg[(RMS ? 0 : i * WPP + j)], b + j * WPN);
+      }
+    } else {
+      if constexpr (HW) kp::ld_chunk<W, VEC, Ld::RO>(static_cast<const W*>(p.w) + col(i), w);
+      if constexpr (HB) kp::ld_chunk<W, VEC, Ld::RO>(static_cast<const W*>(p.b) + col(i), b);
+    }
+  }
+  // kWReg, once a row: else the decoded fp32 weights get hoisted out of the row loop (2x the registers).
+  static __device__ __forceinline__ void opaque_weights(uint4 (&wreg)[NWREG], uint4 (&breg)[NBREG]) {
+#pragma unroll
+    for (int j = 0; j < NVM * WPP; ++j) {
+      kp::opaque(wreg[j]);
+      if constexpr (!RMS) kp::opaque(breg[j]);
+    }
+  }
+  // Chunk i of y for the row in stage st; then, when there is a row `stages` ahead (nx, nr), its
+  // copy into the slot just read.
+  template <bool HW, bool HB, bool HO>
+  __device__ __forceinline__ void write_chunk(int st, int i, float nmr, float rstd, T* yr, const T* nx, const char* nr,
+                                              bool more, const uint4 (&wreg)[NWREG], const uint4 (&breg)[NBREG]) const {
+    if (!in(i)) return;
+    float h[VEC], w[VEC], b[VEC], o[VEC];
+    read_affine<HW, HB>(i, w, b, wreg, breg);
+    read_h(st, i, h);
+#pragma unroll
+    for (int q = 0; q < VEC; ++q) o[q] = affine_out<RMS, HW, HB, HO>(h[q], nmr, rstd, w[q], b[q], p.w_off);
+    kp::st_chunk<T, VEC>(yr + col(i), o);
+    if (more) issue_chunk(st, i, nx, nr, true);
+  }
+};
+
+template <typename T, typename W, bool RES, bool RMS, int WM, int FT>
+__global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3 : 2) fwd_ring_kernel(const FwdParams p) {
+  using R = FwdRing<T, W, RES, RMS, WM, FT>;
+  constexpr bool PIPE = R::WR;
+  extern __shared__ uint4 ring_smem[];
+  __shared__ __align__(16) float red[2][32];  // float2 [16] each for team_mean_m2
+  __shared__ kp::ClusterExchangeN<PIPE ? 4 : 2> cx;  // one partial per CTA per row, pushed (no cluster barrier)
+
+  const R ring(p, ring_smem, cx);
+  const int S = ring.S;
+  const int64_t my_team = ring.my_team, nteams = ring.nteams;
+  // kWReg: the weights (and bias) as raw packets. Loaded here, not in a FwdRing member: there the
+  // loop compiled to different SASS (inlined helpers are optimized before their caller).
+  uint4 wreg[R::NWREG], breg[R::NBREG];
+  if constexpr (R::WR) {
+    constexpr int NVM = R::NVM, WPP = R::WPP, WPN = R::WPN;
+#pragma unroll
+    for (int i = 0; i < NVM; ++i)
+#pragma unroll
+      for (int j = 0; j < WPP; ++j) {
+        const bool ok = ring.in(i);
+        wreg[i * WPP + j] = ok && p.has_w ? kp::ld16<Ld::RO>(static_cast<const W*>(p.w) + ring.col(i) + j * WPN) : make_uint4(0, 0, 0, 0);
+        if constexpr (!RMS)
+          breg[i * WPP + j] = ok && p.has_b ? kp::ld16<Ld::RO>(static_cast<const W*>(p.b) + ring.col(i) + j * WPN) : make_uint4(0, 0, 0, 0);
+      }
+  }
+  if constexpr (R::WS) ring.stage_weights();  // joins the first row's cp.async group
+  for (int s = 0; s < S; ++s) ring.issue(s, my_team + s * nteams);
+
+  int nred = 0;  // which of the two reduction buffers is next
+  // A lambda capturing nred, as the kernel had it: nred passed by reference at each call changed
+  // the register allocation of the LayerNorm kWReg kernels.
+  auto local_stats = [&](int st, int64_t row) { return ring.local_stats(st, row, red, nred); };
   // PIPE: the statistics of row k + 1 are computed (and sent) before row k's are merged, so the
   // cluster exchange of row k overlaps a whole pass of work (needs S >= 2: row k + 1 is in the ring).
   float4 cur = make_float4(0.f, 0.f, 0.f, 0.f);
   if (PIPE && my_team < p.rows) {
     kp::cp_async_wait(S - 1);
     cur = local_stats(0, my_team);
-    send_stats(0, cur);
+    ring.send_stats(cx, 0, cur);
   }
   int k = 0;
   for (int64_t row = my_team; row < p.rows; row += nteams, ++k) {  // the same trip count cluster-wide
@@ -336,18 +422,18 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
       if (row + nteams < p.rows) {
         kp::cp_async_wait(S - 2);  // row k + 1's group has landed
         nxt = local_stats((k + 1) % S, row + nteams);
-        send_stats(k + 1, nxt);
+        ring.send_stats(cx, k + 1, nxt);
       }
     } else {
       kp::cp_async_wait(S - 1);  // this row's group has landed
       cur = local_stats(st, row);
-      send_stats(k, cur);
+      ring.send_stats(cx, k, cur);
     }
     float mean, m2;
-    row_stats(k, cur, mean, m2);
+    ring.row_stats(cx, k, cur, mean, m2);
     if constexpr (PIPE) cur = nxt;
     const float rstd = rsqrtf(m2 * p.inv_cols + p.eps), nmr = -mean * rstd;
-    if (tid == 0 && crank == 0) {
+    if (ring.tid == 0 && ring.crank == 0) {
       if (p.rstd) p.rstd[row] = rstd;
       if (!RMS && p.mean) p.mean[row] = mean;
     }
@@ -355,45 +441,17 @@ __global__ void __launch_bounds__(kMaxThreads, WM == kWReg ? 1 : RMS && !RES ? 3
     // Output: y = (h - mean) * rstd * (w + offset) + b. Each chunk's slot is refilled with row
     // k + stages as soon as it has been read for the last time, so the next row's copy overlaps
     // this row's stores (the copy is issued after the store that consumed the slot's value).
-    if constexpr (WR) {  // opaque each row: else the decoded fp32 weights get hoisted out of the row loop (2x the registers)
-#pragma unroll
-      for (int j = 0; j < NVM * WPP; ++j) {
-        kp::opaque(wreg[j]);
-        if constexpr (!RMS) kp::opaque(breg[j]);
-      }
-    }
+    if constexpr (R::WR) R::opaque_weights(wreg, breg);
     T* yr = row_ptr<T>(p.y, row, p.y_stride);
     const int64_t nrow = row + S * nteams;
     const bool more = nrow < p.rows;
     const T* nx = row_ptr<T>(p.x, more ? nrow : 0, p.x_stride);
-    const char* nr = RES ? res_row(more ? nrow : 0) : nullptr;
+    const char* nr = RES ? ring.res_row(more ? nrow : 0) : nullptr;
     with_affine_variant<RMS>(p, [&](auto hw_t, auto hb_t, auto ho_t) {
       constexpr bool HW = decltype(hw_t)::value, HB = decltype(hb_t)::value && !RMS, HO = decltype(ho_t)::value;
+      constexpr int NVM = R::NVM;
 #pragma unroll
-      for (int i = 0; i < NVM; ++i) {
-        if (!in(i)) continue;
-        float h[VEC], w[VEC], b[VEC], o[VEC];
-        if constexpr (WS) {
-          for (int j = 0; j < WPP; ++j) {
-            if constexpr (HW) kp::unpack<W>(wring[(i * WPP + j) * bd], w + j * WPN);
-            if constexpr (HB) kp::unpack<W>(bring[(i * WPP + j) * bd], b + j * WPN);
-          }
-        } else if constexpr (WR) {
-#pragma unroll
-          for (int j = 0; j < WPP; ++j) {
-            if constexpr (HW) kp::unpack<W>(wreg[i * WPP + j], w + j * WPN);
-            if constexpr (HB) kp::unpack<W>(breg[(RMS ? 0 : i * WPP + j)], b + j * WPN);
-          }
-        } else {
-          if constexpr (HW) kp::ld_chunk<W, VEC, Ld::RO>(static_cast<const W*>(p.w) + col(i), w);
-          if constexpr (HB) kp::ld_chunk<W, VEC, Ld::RO>(static_cast<const W*>(p.b) + col(i), b);
-        }
-        read_h(st, i, h);
-#pragma unroll
-        for (int q = 0; q < VEC; ++q) o[q] = affine_out<RMS, HW, HB, HO>(h[q], nmr, rstd, w[q], b[q], p.w_off);
-        kp::st_chunk<T, VEC>(yr + col(i), o);
-        if (more) issue_chunk(st, i, nx, nr, true);
-      }
+      for (int i = 0; i < NVM; ++i) ring.template write_chunk<HW, HB, HO>(st, i, nmr, rstd, yr, nx, nr, more, wreg, breg);
     });
     kp::cp_async_commit();
   }
@@ -475,68 +533,18 @@ __device__ __forceinline__ void write_rows_vec(const Raw& h, Aff& aff, const L& 
   });
 }
 
-// FT > 0: the compile-time-geometry twin for rows of exactly FT threads x E columns, one CTA (no
-// cluster): FT <= 32 is a warp team of a kWarpTeamCTA-thread CTA, else the CTA. Row and lane come
-// from shifts instead of run-time divisions (which each CTA, living for one row, paid before
-// its first load), chunk offsets are immediates, no chunk has a bounds check, and the block
-// reduction's loop over warps unrolls.
-template <typename T, typename W, typename H, int E, bool VECTOR, bool RES, bool RMS, int FT, int POL, int CAP>
-__device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32], kp::ClusterExchange& cx) {
-  using L = Lay<T, E, VECTOR, FT>;
+// The row's mean (LayerNorm) and sum of squares about it (RMS: about 0), over the team and, with
+// csize > 1, the cluster. RMS one pass; LayerNorm exact two-pass (slice mean, then squared
+// deviations), merged over a cluster with Chan's formula; the compile-time twins take the thread's
+// own mean and M2 and merge those in one reduction (team_mean_m2). Each pass decodes the packets
+// again. fetch_first() fetches the first weight chunks, called just before the last barrier so
+// they land while it waits.
+template <bool RMS, int FT, int POL, int E, typename RawH, typename L, typename Fetch>
+__device__ __forceinline__ void direct_stats(RawH& h, const L& lay, const FwdParams& p, int tpr, int csize,
+                                             Fetch&& fetch_first, float (*red)[32], kp::ClusterExchange& cx,
+                                             float& mean, float& m2) {
   constexpr int VEC = L::VEC, NV = L::NV;
-  const int tid = threadIdx.x, tpr = FT ? FT : p.tpr, csize = FT ? 1 : p.csize;
-  int lane, crank = 0;
-  int64_t row;
-  if (tpr <= 32) {
-    lane = tid & (tpr - 1);
-    row = static_cast<int64_t>(blockIdx.x) * (FT ? kWarpTeamCTA / FT : blockDim.x / tpr) + tid / tpr;
-  } else {
-    lane = tid;
-    crank = static_cast<int>(blockIdx.x % csize);
-    row = blockIdx.x / csize;
-  }
-  // Idle teams stay: their warp's shuffles need all lanes. A CTA team's grid is one CTA a row.
-  const bool active = FT > 32 || row < p.rows;
-  const L lay{crank * tpr * E, lane, tpr, p.cols};
-
-  Raw<T, H, E, VECTOR> h;
-  if constexpr (RES) {
-    // x and res with the policy of the plain path's x (evict_last, kFwdPol): they had been
-    // loaded evict-first (.cs), which session 8 measured a point slower than plain there.
-    Raw<T, T, E, VECTOR> rx;
-    rx.template load<kFwdXLd<POL>>(lay, row_ptr<T>(p.x, row, p.x_stride), active);
-    h.template load<kFwdXLd<POL>>(lay, row_ptr<H>(p.res, row, p.res_stride), active);
-    H* ro = p.has_res_out ? row_ptr<H>(p.res_out, row, p.res_out_stride) : nullptr;
-#pragma unroll
-    for (int i = 0; i < NV; ++i) {  // h = x + res, rounded to res_dtype (what torch normalizes)
-      float a[VEC], r[VEC];
-      rx.decode_chunk(i, a);
-      h.decode_chunk(i, r);
-#pragma unroll
-      for (int q = 0; q < VEC; ++q) a[q] += r[q];
-      h.encode_chunk(i, a);
-      if (ro) {
-        h.decode_chunk(i, a);
-        lay.template store<H>(ro, i, a, active);
-      }
-    }
-  } else {
-    h.template load<kFwdXLd<POL>>(lay, row_ptr<T>(p.x, row, p.x_stride), active);
-  }
-
-  // Statistics: RMS one pass; LayerNorm exact two-pass (slice mean, then squared deviations),
-  // merged over a cluster with Chan's formula; the compile-time twins take the thread's own mean
-  // and M2 and merge those in one reduction (team_mean_m2). Each pass decodes the packets again. The first
-  // weight chunks are fetched just before the last barrier, so they land while it waits.
-  // (The scalar path loads weights chunk by chunk as it writes: no prefetch state.)
-  using Aff = std::conditional_t<VECTOR, AffinePrefetch<T, W, NV, NV * (VEC * static_cast<int>(sizeof(H)) / 16), RMS, CAP && CAP <= 40 ? 4 : 8>,
-                                 std::nullptr_t>;
-  Aff aff;
-  auto fetch_first = [&] {
-    if constexpr (VECTOR) aff.fetch_first(lay, p, active);
-  };
   int nred = 0;
-  float mean = 0.f, m2;
   float a[1] = {0.f};
 #pragma unroll
   for (int i = 0; i < NV; ++i) {
@@ -597,6 +605,68 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
     }
 #endif
   }
+}
+
+// FT > 0: the compile-time-geometry twin for rows of exactly FT threads x E columns, one CTA (no
+// cluster): FT <= 32 is a warp team of a kWarpTeamCTA-thread CTA, else the CTA. Row and lane come
+// from shifts instead of run-time divisions (which each CTA, living for one row, paid before
+// its first load), chunk offsets are immediates, no chunk has a bounds check, and the block
+// reduction's loop over warps unrolls.
+template <typename T, typename W, typename H, int E, bool VECTOR, bool RES, bool RMS, int FT, int POL, int CAP>
+__device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32], kp::ClusterExchange& cx) {
+  using L = Lay<T, E, VECTOR, FT>;
+  constexpr int VEC = L::VEC, NV = L::NV;
+  const int tid = threadIdx.x, tpr = FT ? FT : p.tpr, csize = FT ? 1 : p.csize;
+  int lane, crank = 0;
+  int64_t row;
+  if (tpr <= 32) {
+    lane = tid & (tpr - 1);
+    row = static_cast<int64_t>(blockIdx.x) * (FT ? kWarpTeamCTA / FT : blockDim.x / tpr) + tid / tpr;
+  } else {
+    lane = tid;
+    crank = static_cast<int>(blockIdx.x % csize);
+    row = blockIdx.x / csize;
+  }
+  // Idle teams stay: their warp's shuffles need all lanes. A CTA team's grid is one CTA a row.
+  const bool active = FT > 32 || row < p.rows;
+  const L lay{crank * tpr * E, lane, tpr, p.cols};
+
+  // The row's h (x, or x + res). This and the scalar output below stay inline: as helpers of their
+  // own they compiled to different SASS (an inlined helper is optimized before its caller).
+  Raw<T, H, E, VECTOR> h;
+  if constexpr (RES) {
+    // x and res with the policy of the plain path's x (evict_last, kFwdPol): they had been
+    // loaded evict-first (.cs), which session 8 measured a point slower than plain there.
+    Raw<T, T, E, VECTOR> rx;
+    rx.template load<kFwdXLd<POL>>(lay, row_ptr<T>(p.x, row, p.x_stride), active);
+    h.template load<kFwdXLd<POL>>(lay, row_ptr<H>(p.res, row, p.res_stride), active);
+    H* ro = p.has_res_out ? row_ptr<H>(p.res_out, row, p.res_out_stride) : nullptr;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {  // h = x + res, rounded to res_dtype (what torch normalizes)
+      float a[VEC], r[VEC];
+      rx.decode_chunk(i, a);
+      h.decode_chunk(i, r);
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) a[q] += r[q];
+      h.encode_chunk(i, a);
+      if (ro) {
+        h.decode_chunk(i, a);
+        lay.template store<H>(ro, i, a, active);
+      }
+    }
+  } else {
+    h.template load<kFwdXLd<POL>>(lay, row_ptr<T>(p.x, row, p.x_stride), active);
+  }
+
+  // The weights' prefetch (the scalar path loads them chunk by chunk as it writes: no prefetch state).
+  using Aff = std::conditional_t<VECTOR, AffinePrefetch<T, W, NV, NV * (VEC * static_cast<int>(sizeof(H)) / 16), RMS, CAP && CAP <= 40 ? 4 : 8>,
+                                 std::nullptr_t>;
+  Aff aff;
+  auto fetch_first = [&] {
+    if constexpr (VECTOR) aff.fetch_first(lay, p, active);
+  };
+  float mean = 0.f, m2;
+  direct_stats<RMS, FT, POL, E>(h, lay, p, tpr, csize, fetch_first, red, cx, mean, m2);
   const float rstd = rsqrtf(m2 * p.inv_cols + p.eps);
   if (active && lane == 0 && crank == 0) {
     if (p.rstd) p.rstd[row] = rstd;
