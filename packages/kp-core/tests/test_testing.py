@@ -48,3 +48,23 @@ def test_shapes_include_empty_and_odd_sizes():
     shapes = kt.shapes_2d()
     assert any(r == 0 for r, _ in shapes) and any(c == 1 for _, c in shapes)
     assert any(c % 2 == 1 and c > 1000 for _, c in shapes)
+
+
+def test_plugin_skips_by_marker_not_by_parameter_id(pytester):
+    """A case whose parameter id is "slow" (or "gpu", "large") runs: only the marker skips."""
+    pytester.makeconftest('pytest_plugins = ("kp_core.testing.pytest_plugin",)')
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("name", ["slow", "large", "gpu", "distributed"])
+        def test_named(name):
+            assert name
+
+        @pytest.mark.slow
+        def test_marked_slow():
+            pass
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:xdist")
+    result.assert_outcomes(passed=4, skipped=1)
