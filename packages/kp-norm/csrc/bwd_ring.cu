@@ -1,5 +1,6 @@
-// The ring backward kernels (102 an arch), instantiated through their address getters: the
-// ones the plan (norm_bwd.cu) can choose in a release build.
+// The ring backward kernels (70 an arch; fp32 weights of a 16-bit T share the T-wide kernels),
+// instantiated through their address getters: the ones the plan (norm_bwd.cu) can choose in a
+// release build.
 #include "bwd_kernels.cuh"
 
 #ifndef KP_NORM_TUNING  // a tuning build instantiates from the plan instead
@@ -22,14 +23,6 @@ template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, true, false, 0, 0>()
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 32, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 8, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, __half, __half, 8, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, float, 16, true, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, float, 16, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, float, 32, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, float, 32, false, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, float, 32, true, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, float, 32, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, float, 8, true, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, __half, float, 8, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 32, false, false, 0, 0>();
@@ -41,14 +34,6 @@ template BwdKernel bwd_ring_ptr<__half, float, __half, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 32, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 8, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__half, float, __half, 8, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, float, 16, true, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, float, 16, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, float, 32, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, float, 32, false, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, float, 32, true, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, float, 32, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, float, 8, true, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__half, float, float, 8, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, false, false, 0, 0>();
@@ -65,14 +50,6 @@ template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32,
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 32, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 8, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16, 8, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 16, true, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 16, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 32, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 32, false, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 32, true, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 32, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 8, true, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, __nv_bfloat16, float, 8, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 32, false, false, 0, 0>();
@@ -84,14 +61,6 @@ template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 32, true, f
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 32, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 8, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 8, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 16, true, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 16, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 32, false, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 32, false, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 32, true, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 32, true, true, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 8, true, false, 0, 0>();
-template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, float, 8, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 16, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 16, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, false, 0, 0>();

@@ -79,10 +79,13 @@ BwdKernel ring_for_w(int e, bool wt, bool db, int wrp) {
     }
   return db ? ring_for_wd<T, X, W, true>(e, wt) : ring_for_wd<T, X, W, false>(e, wt);
 }
+// Every ring kernel takes weights as wide as T: the non-WRP ones read fp32 weights of a 16-bit T
+// at run time (w_eff is staged once), and the WRP ones are never given them (plan_for_call falls
+// back). So `w_f32` picks nothing; it stays in the signature as the plan's statement of the case.
 template <typename T, typename X>
 BwdKernel ring_for(int e, bool wt, bool w_f32, bool db, int wrp = 0) {
-  if constexpr (std::is_same_v<T, float>) return ring_for_w<T, X, float>(e, wt, db, wrp);
-  else return w_f32 ? ring_for_w<T, X, float>(e, wt, db, wrp) : ring_for_w<T, X, T>(e, wt, db, wrp);
+  (void)w_f32;
+  return ring_for_w<T, X, T>(e, wt, db, wrp);
 }
 
 // FT twins of the E = 32 CTA/cluster kernels, for X and W as wide as T (the common case: one
@@ -356,7 +359,8 @@ Plan plan_for_call(const BwdSig& s, int device) {
     pl.kernel = ring_for<T, X>(pl.t.e, pl.merge > 0, w_f32, s.db, kind);
     // The compile-time-geometry twin: same launch shape, no more registers (it drops the
     // bounds checks and the run-time offsets; ACC2 keeps its accumulators from spilling), so
-    // the plan's grid and smem stand.
+    // the plan's grid and smem stand. Not for fp32 weights of a 16-bit T: the twins read T-wide
+    // weights only (bwd_ring_kernel's w_eff staging).
     const int thr = pl.t.threads;
     if constexpr (std::is_same_v<T, X>)
       if (pl.merge == 0 && pl.t.e == 32 && (thr == 128 || thr == 256 || thr == 512) && (sizeof(T) == 4 || !w_f32) &&

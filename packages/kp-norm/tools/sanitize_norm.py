@@ -33,6 +33,12 @@ def main() -> None:
             y.float().sum().backward()  # db, no residual
             y, h = kp_norm.fused_add_layer_norm(x, r, w, b, backend="cuda")
             (y.float().sum() + h.float().sum()).backward()
+            if dtype != torch.float32:  # fp32 weights of a 16-bit x (autocast): the kernels read them at run time
+                wf = w.detach().float().requires_grad_(True)
+                y = kp_norm.rms_norm(x, wf, backend="cuda")
+                want = F.rms_norm(x.double(), (cols,), wf.double(), torch.finfo(dtype).eps)
+                assert (y.double() - want).norm() <= 2e-2 * want.norm(), (rows, cols, dtype, "fp32 w")
+                y.float().sum().backward()
     torch.cuda.synchronize()
     print("sanitize_norm: all paths ran")
 
