@@ -1,5 +1,5 @@
 // kp-norm's dw/db column reduction: shared_cuda's kp::col_sum, with its programmatic-dependent
-// launch as a tuning knob (KP_NORM_COLSUM_PDL, a KP_NORM_TUNING build).
+// launch under the plan override (colsum_pdl = 0 turns it off, for sweeps).
 #include "kp/col_sum.cuh"
 #include "norm.cuh"
 

@@ -50,7 +50,7 @@ RingSmem ring_smem_for(int threads, int e, int ts, int xs, int ws, int wrp) {
 }
 
 // CTA/cluster teams of E values a thread: 32 in every release plan (plan_bwd); a tuning build
-// also reaches 8 and 16 (KP_NORM_BWD_E), so only it instantiates those.
+// also reaches 8 and 16 (the bwd_e override), so only it instantiates those.
 template <typename T, typename X, typename W, bool DB, int WRP>
 BwdKernel ring_cta(int e) {
 #ifdef KP_NORM_TUNING

@@ -26,7 +26,7 @@ FwdKernel ring_for_wm(bool res, bool rms) {
 #ifndef KP_NORM_TUNING
   // Without a residual, weights as wide as x always fit registers (two 64 KB stages, plan_ring), so
   // a release plan stages weights in smem only when they are fp32 of a 16-bit x; nullptr is never
-  // launched (launch_fwd checks). A tuning build reaches these with KP_NORM_FWD_WREG=0.
+  // launched (launch_fwd checks). A tuning build reaches these with the fwd_wreg=0 override.
   if constexpr (WM == kWSmem && sizeof(W) == sizeof(T)) return nullptr;
 #endif
   return rms ? fwd_ring_ptr<T, W, false, true, WM>() : fwd_ring_ptr<T, W, false, false, WM>();
@@ -101,7 +101,7 @@ FwdKernel direct_ft_t(bool rms) {
     return rms ? fwd_direct_ptr<T, T, E, true, false, true, FT, POL, CAPR>()
                : fwd_direct_ptr<T, T, E, true, false, false, FT, POL, CAPL>();
 }
-// Tuning builds: `KP_NORM_FWD_CAP` (0, 48, 40, 32) overrides kTwinCap for the bf16 E = 16 twins.
+// Tuning builds: the fwd_cap override (0, 48, 40, 32) replaces kTwinCap for the bf16 E = 16 twins.
 template <typename T, int FT, int POL>
 FwdKernel direct_e16(bool rms) {
 #ifdef KP_NORM_TUNING
