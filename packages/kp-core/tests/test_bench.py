@@ -1,6 +1,7 @@
 """The benchmark harness on CPU: every impl timed or skipped with its reason, ratios, reports."""
 import json
 
+import pytest
 import torch
 
 from kp_core import bench
@@ -48,3 +49,15 @@ def test_git_revision_can_be_given(monkeypatch, tmp_path):
     assert env._git_describe(tmp_path) == "abc1234"
     monkeypatch.delenv("KP_GIT_REV")
     assert env._git_describe(tmp_path) != "abc1234"
+
+
+def test_bench_imports_required_and_optional():
+    from kp_core import bench
+
+    assert bench.require("math", "bench_x", "pip install x").sqrt(4.0) == 2.0
+    with pytest.raises(SystemExit, match="bench_x: no_such_kp_pkg is not importable.*pip install x"):
+        bench.require("no_such_kp_pkg", "bench_x", "pip install x")
+    (sqrt, pi), missing = bench.optional("Math", "math:sqrt", "math:pi")
+    assert missing is None and sqrt(9.0) == 3.0 and pi > 3
+    (a, b), missing = bench.optional("Liger", "math:sqrt", "no_such_baseline.ops:Fn")
+    assert a is None and b is None and missing.startswith("Liger not available: ModuleNotFoundError")

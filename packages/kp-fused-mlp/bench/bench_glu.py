@@ -16,17 +16,9 @@ import torch.nn.functional as F
 
 from kp_core import bench
 
-try:
-    import kp_fused_mlp
-except ImportError as e:
-    raise SystemExit(f"bench_glu: kp_fused_mlp is not importable ({e}). Install it first, e.g. "
-                     "`pip install -e packages/kp-core -e packages/kp-fused-mlp`.") from None
-
-try:  # Liger is an optional baseline: its rows are skipped, with this reason, when it is missing.
-    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
-    _LIGER_MISSING = None
-except Exception as e:
-    _LIGER_MISSING = f"Liger not available: {type(e).__name__}: {e}"
+kp_fused_mlp = bench.require("kp_fused_mlp", "bench_glu", "pip install -e packages/kp-core -e packages/kp-fused-mlp")
+# Liger is an optional baseline: its rows are skipped, with the reason, when it is missing.
+(LigerSiLUMulFunction,), _LIGER_MISSING = bench.optional("Liger", "liger_kernel.ops.swiglu:LigerSiLUMulFunction")
 
 # (tokens, intermediate): Llama-3-8B's 14336 and a larger model's 28672.
 SHAPES = [(t, i) for i in (14336, 28672) for t in (1024, 4096, 8192)]

@@ -15,26 +15,12 @@ import torch.nn.functional as F
 
 from kp_core import bench
 
-try:
-    import kp_norm
-except ImportError as e:
-    raise SystemExit(f"bench_norm: kp_norm is not importable ({e}). Install it first, e.g. "
-                     "`pip install -e packages/kp-core -e packages/kp-norm`.") from None
-
-try:  # Liger is an optional baseline: its rows are skipped, with this reason, when it is missing.
-    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
-    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
-    _LIGER_MISSING = None
-except Exception as e:
-    _LIGER_MISSING = f"Liger not available: {type(e).__name__}: {e}"
-
-try:  # QuACK (CuTe-DSL kernels): on the device through ../shared/tools/fa4-quack-carry.sh
-    import site
-    site.addsitedir("/root/kp-baselines")  # where that script unpacks it (a no-op elsewhere)
-    from quack.rmsnorm import rmsnorm as _quack_rmsnorm
-    _QUACK_MISSING = None
-except Exception as e:
-    _QUACK_MISSING = f"QuACK not available: {type(e).__name__}: {e}"
+kp_norm = bench.require("kp_norm", "bench_norm", "pip install -e packages/kp-core -e packages/kp-norm")
+# Optional baselines: their rows are skipped, with the reason, when they are missing. QuACK (CuTe
+# DSL) comes to the device through ../shared/tools/fa4-quack-carry.sh, unpacked in /root/kp-baselines.
+(LigerLayerNormFunction, LigerRMSNormFunction), _LIGER_MISSING = bench.optional(
+    "Liger", "liger_kernel.ops.layer_norm:LigerLayerNormFunction", "liger_kernel.ops.rms_norm:LigerRMSNormFunction")
+(_quack_rmsnorm,), _QUACK_MISSING = bench.optional("QuACK", "quack.rmsnorm:rmsnorm", site_dir="/root/kp-baselines")
 
 HIDDEN = (1024, 2048, 4096, 8192, 16384, 65536, 262144)
 QUICK_HIDDEN = (4096, 65536)

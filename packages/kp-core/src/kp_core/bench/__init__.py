@@ -11,6 +11,7 @@ from .case import Case, Impl, is_kp
 from .ceilings import measure as measure_ceilings
 from .cli import main
 from .env import gpu_slug
+from .imports import optional, require
 from .report import load, regenerate, write as write_report
 from .runner import run
 from .timing import do_bench, host_ms
@@ -25,7 +26,9 @@ __all__ = [
     "load",
     "main",
     "measure_ceilings",
+    "optional",
     "regenerate",
+    "require",
     "run",
     "write_report",
 ]
