@@ -1,24 +1,34 @@
 """kp's build, test and benchmark sessions.
 
-  nox -s build          wheels of every package into dist/
+  nox -s build          wheels of every package into dist/<variant>/ (cu130 ...: KP_CUDA below)
   nox -s test-3.11      install the packages into a fresh venv and run their tests (3.10-3.13)
   nox -s bench          every package's benchmarks (on a CPU machine: a small CPU run, exit 0)
   nox -s release-check  every package changed since its last release tag has a new version (CI)
-  python tools/make_index.py dist/ --variant cu130    PEP 503 index of dist/ (pip --index-url file://...)
+  python tools/make_index.py dist/cu130   PEP 503 index of dist/cu130 in dist/index/cu130 (pip --index-url file://...)
 
 The matrix: `KP_TORCH` lists the torch versions to test ("2.13.0" by default; e.g.
 "2.11.0+cu130,2.13.0"), `KP_TORCH_INDEX` an extra index to take them from. `KP_CUDA_ARCHS`
 narrows the archs the native code is compiled for ("90a" for a quick build). One session name
 selects a whole row: `nox -s test-3.11` runs every torch version of the matrix on Python 3.11.
+
+`KP_CUDA` lists the CUDA toolkits `nox -s build` compiles with, one wheel set each in
+dist/<variant>/, the variant named from the toolkit's nvcc release (13.0 -> cu130):
+"system" (default: CUDACXX, else CUDA_HOME, else nvcc on PATH; a cu12 variant is this with
+CUDA_HOME naming a 12.x toolkit) and "pypi-13.Y" (NVIDIA's CUDA 13.Y wheels from PyPI, installed
+once into .nox/build/cuda/: no system toolkit needed), e.g. KP_CUDA=pypi-13.0,pypi-13.5.
+tools/cuda_toolkit.py has the rules, docs/install.md the drivers each variant needs.
 """
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import nox
 
 ROOT = Path(__file__).parent
+sys.path.insert(0, str(ROOT / "tools"))
+import cuda_toolkit  # noqa: E402
 PACKAGES = [l.strip() for l in (ROOT / "packages.txt").read_text().splitlines() if l.strip() and not l.startswith("#")]
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 TORCH = os.environ.get("KP_TORCH", "2.13.0").split(",")
@@ -57,13 +67,43 @@ def test(session: nox.Session, torch_version: str) -> None:
     session.run("python", "-m", "pytest", "-q", "-n", os.environ.get("KP_TEST_WORKERS", "2"), *tests, *args)
 
 
+def _cuda_toolkit(session: nox.Session, variant: str) -> tuple[str, dict, list]:
+    """A KP_CUDA variant -> its dist folder (cu130), and the environment and `build` arguments that
+    make CMake compile with its nvcc (tools/cuda_toolkit.py)."""
+    env = {}
+    if variant == "system":
+        nvcc = cuda_toolkit.system_nvcc(os.environ)
+    else:  # pypi-13.Y: a toolkit of its own in .nox/build/cuda/pypi-13.Y/, installed once
+        target = Path(session.virtualenv.location) / "cuda" / variant
+        home = cuda_toolkit.pypi_home(target, variant)
+        if not (home / "bin" / "nvcc").exists():
+            session.install("--target", str(target), cuda_toolkit.pypi_requirement(variant))
+        cuda_toolkit.pypi_fix(home)
+        nvcc, env["CUDA_HOME"] = str(home / "bin" / "nvcc"), str(home)
+    if not nvcc:
+        return "cpu", env, []
+    env["CUDACXX"] = nvcc
+    return cuda_toolkit.variant_name(nvcc, os.environ), env, [f"-Ccmake.define.CMAKE_CUDA_COMPILER={nvcc}"]
+
+
 @nox.session
 def build(session: nox.Session) -> None:
-    """Wheels of every package into dist/ (and sdists with `-- --sdist`)."""
+    """Wheels of every package into dist/<variant>/ for each toolkit of KP_CUDA (and sdists with `-- --sdist`)."""
+    try:
+        variants = cuda_toolkit.parse(os.environ.get("KP_CUDA"))
+    except ValueError as e:
+        session.error(str(e))
     session.install("build", "scikit-build-core>=0.11", "pybind11>=2.12", "cmake>=3.26", "ninja")
     kinds = ["--sdist", "--wheel"] if "--sdist" in session.posargs else ["--wheel"]
-    for pkg in PACKAGES:
-        session.run("python", "-m", "build", "--no-isolation", *kinds, "-o", str(ROOT / "dist"), str(ROOT / "packages" / pkg))
+    for variant in variants:
+        try:
+            name, env, args = _cuda_toolkit(session, variant)
+        except ValueError as e:
+            session.error(str(e))
+        out = ROOT / "dist" / name
+        session.log(f"KP_CUDA {variant}: {env.get('CUDACXX', 'no nvcc: no CUDA level')} -> {out}")
+        for pkg in PACKAGES:
+            session.run("python", "-m", "build", "--no-isolation", *kinds, *args, "-o", str(out), str(ROOT / "packages" / pkg), env=env)
 
 
 @nox.session

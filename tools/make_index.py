@@ -1,9 +1,11 @@
 """Turn a folder of built wheels and sdists into PEP 503 simple indexes, one per CUDA variant.
 
-    python tools/make_index.py dist/ [--out dist/index] [--variant cu130]
+    python tools/make_index.py dist/cu130 [--out dist/index] [--variant cu130]
 
-One index per CUDA variant the wheels were built for (--variant, default cu130: build each
-variant into its own dist folder). Pure-Python wheels (kp-core) and sdists belong in every
+One index per CUDA variant the wheels were built for. `nox -s build` writes each variant's wheels
+to dist/<variant>/ (KP_CUDA, tools/cuda_toolkit.py); given such a folder, the variant is its name
+and the index lands beside the others' in dist/index/<variant>/ (any other folder: --variant,
+default cu130, and DIST/index/<variant>/). Pure-Python wheels (kp-core) and sdists belong in every
 variant. The result installs offline:
 
     pip install --index-url file:///abs/path/dist/index/cu130 kp-norm
@@ -20,6 +22,9 @@ import pathlib
 import re
 import shutil
 import sys
+
+
+VARIANT = r"cu\d{3}|cpu"  # a CUDA variant: cu130 (CUDA 13.0), cu128 ..., cpu (no CUDA level)
 
 
 def normalize(name: str) -> str:
@@ -74,12 +79,16 @@ def build_index(dist: pathlib.Path, out: pathlib.Path, variant: str) -> pathlib.
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dist", type=pathlib.Path)
-    ap.add_argument("--out", type=pathlib.Path, default=None, help="default: DIST/index")
-    ap.add_argument("--variant", default="cu130", help="the CUDA variant these wheels were built for (cu130, cu129 ...)")
+    ap.add_argument("--out", type=pathlib.Path, default=None, help="default: DIST/../index for dist/<variant>, else DIST/index")
+    ap.add_argument("--variant", default=None, help="the CUDA variant these wheels were built for (cu130, cu129 ...; "
+                    "default: DIST's name if it is one, else cu130)")
     args = ap.parse_args(argv)
-    if not re.fullmatch(r"cu\d{3}|cpu", args.variant):
-        raise SystemExit(f"make_index: --variant must look like cu130 or cpu, not {args.variant!r}")
-    root = build_index(args.dist, args.out or args.dist / "index", args.variant)
+    named = re.fullmatch(VARIANT, args.dist.resolve().name) is not None
+    variant = args.variant or (args.dist.resolve().name if named else "cu130")
+    if not re.fullmatch(VARIANT, variant):
+        raise SystemExit(f"make_index: --variant must look like cu130 or cpu, not {variant!r}")
+    out = args.out or (args.dist.parent / "index" if named else args.dist / "index")
+    root = build_index(args.dist, out, variant)
     print(f"make_index: {root} (pip install --index-url {root.resolve().as_uri()} <package>)")
     return 0
 

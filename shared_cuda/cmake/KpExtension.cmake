@@ -33,8 +33,9 @@ macro(kp_enable_cuda package)
     else()
       message(WARNING "kp: no CUDA compiler (nvcc) found: ${package} is installed without its CUDA level "
                       "(the Triton and reference levels work). For the CUDA kernels, install a CUDA 12.x/13.x "
-                      "toolkit (or `pip install nvidia-cuda-nvcc`), point CUDACXX or CUDA_HOME at it, and "
-                      "reinstall; docs/install.md has the details.")
+                      "toolkit, put its nvcc on PATH (or name it in CUDACXX) and reinstall; without a system "
+                      "toolkit, `KP_CUDA=pypi-13.0 nox -s build` builds wheels with NVIDIA's compiler from PyPI. "
+                      "docs/install.md has the details.")
     endif()
   endif()
 endmacro()

@@ -43,3 +43,16 @@ def test_bad_input_is_refused(tmp_path):
         make_index.build_index(tmp_path, tmp_path / "index", "cu130")
     with pytest.raises(SystemExit, match="--variant must look like"):
         make_index.main([str(tmp_path), "--variant", "cuda13"])
+
+
+def test_variant_folder_names_the_variant(tmp_path):
+    """`nox -s build` writes dist/<variant>/: `make_index.py dist/cu135` indexes it in dist/index/cu135."""
+    for variant in ["cu130", "cu135"]:
+        (tmp_path / "dist" / variant).mkdir(parents=True)
+        (tmp_path / "dist" / variant / "kp_core-0.3.0-py3-none-any.whl").write_bytes(b"core")
+        assert make_index.main([str(tmp_path / "dist" / variant)]) == 0
+    assert sorted(p.name for p in (tmp_path / "dist" / "index").iterdir()) == ["cu130", "cu135"]
+    assert (tmp_path / "dist" / "index" / "cu135" / "kp-core" / "kp_core-0.3.0-py3-none-any.whl").exists()
+    # any other folder: --variant (default cu130), the index inside it
+    assert make_index.main([str(tmp_path / "dist" / "cu130"), "--variant", "cu128", "--out", str(tmp_path / "o")]) == 0
+    assert (tmp_path / "o" / "cu128" / "index.html").exists()

@@ -82,8 +82,14 @@ inline std::string check_device(int device, const void* probe) {
   (void)cudaGetLastError();
   if (prev >= 0 && prev != device) (void)cudaSetDevice(prev);
   if (e == cudaSuccess) return "";
-  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction || e == cudaErrorInvalidPtx ||
-      e == cudaErrorUnsupportedPtxVersion)
+  if (e == cudaErrorUnsupportedPtxVersion) {  // PTX (no SASS for this GPU) newer than the driver's JIT
+    int drv = 0;
+    (void)cudaDriverGetVersion(&drv);
+    return "device " + std::to_string(device) + " is " + sm + ": this build has no machine code for it, and its PTX (CUDA " +
+           version_str(CUDART_VERSION) + ") is newer than the driver (CUDA " + version_str(drv) +
+           "); update the driver, or install a build with machine code for " + sm + " or from an older toolkit";
+  }
+  if (e == cudaErrorNoKernelImageForDevice || e == cudaErrorInvalidDeviceFunction || e == cudaErrorInvalidPtx)
     return "device " + std::to_string(device) + " is " + sm + ", but this build has " + arch_list() +
            " (" + cudaGetErrorName(e) + "); rebuild with KP_CUDA_ARCHS including " + std::to_string(major * 10 + minor);
   return "device " + std::to_string(device) + " (" + sm + ") cannot run the kernels: " + cudaGetErrorString(e);
