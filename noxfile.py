@@ -7,7 +7,9 @@
   python tools/make_index.py dist/cu130   PEP 503 index of dist/cu130 in dist/index/cu130 (pip --index-url file://...)
 
 The matrix: `KP_TORCH` lists the torch versions to test ("2.13.0" by default; e.g.
-"2.11.0+cu130,2.13.0"), `KP_TORCH_INDEX` an extra index to take them from. `KP_CUDA_ARCHS`
+"2.11.0+cu130,2.13.0"; `KP_TORCH=2.6.0,2.15.0` is the tested range, the ends of `torch>=2.6` on
+PyPI: with torch 2.11 or older the triton level skips on CPU unless numpy<2.4 is installed),
+`KP_TORCH_INDEX` an extra index to take them from. `KP_CUDA_ARCHS`
 narrows the archs the native code is compiled for ("90a" for a quick build). One session name
 selects a whole row: `nox -s test-3.11` runs every torch version of the matrix on Python 3.11.
 

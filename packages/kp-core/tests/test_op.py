@@ -1,5 +1,6 @@
 """kp_core.op on a toy op family (y = x * x * scale): levels, registration, eager and compiled
 autograd sharing one definition, the fast-path cache, tensor checks."""
+import re
 import sys
 import types
 
@@ -138,9 +139,11 @@ def test_registered_op_passes_opcheck_and_compiles(seed):
 def test_traced_resolution_error_reaches_the_user():
     x = torch.randn(3)
     compiled = torch.compile(lambda t: square(t, backend="cuda"), fullgraph=True, backend="eager")
-    with pytest.raises(Exception, match="cannot serve") as info:
+    with pytest.raises(Exception) as info:
         compiled(x)
     assert "InternalTorchDynamoError" not in type(info.value).__name__
+    # torch 2.7 and 2.8 name an exception raised under fullgraph by its class alone, without its text.
+    assert re.search(r"cannot serve|UserDefinedExceptionObjectVariable\(BackendUnavailable\)", str(info.value))
 
 
 def test_absent_outputs_are_empty_from_the_op():

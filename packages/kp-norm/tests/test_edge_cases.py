@@ -2,6 +2,7 @@
 forward-mode autograd, narrow residual dtypes, ill-conditioned rows, inference tensors, backends
 per task, and the registered ops called directly."""
 import asyncio
+import re
 import threading
 
 import pytest
@@ -288,9 +289,11 @@ def test_backend_unavailable_under_compile_reaches_the_user(seed):
     with pytest.raises(BackendUnavailable, match="cannot serve"):
         torch.compile(f, backend="aot_eager")(x)
     torch._dynamo.reset()
-    with pytest.raises(Exception, match="cannot serve") as info:
+    with pytest.raises(Exception) as info:
         torch.compile(f, fullgraph=True, backend="aot_eager")(x)
     assert "InternalTorchDynamoError" not in type(info.value).__name__
+    # torch 2.7 and 2.8 name an exception raised under fullgraph by its class alone, without its text.
+    assert re.search(r"cannot serve|UserDefinedExceptionObjectVariable\(BackendUnavailable\)", str(info.value))
 
 
 def test_kp_core_registers_no_global_pytest_plugin():
