@@ -251,7 +251,7 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
   if (!t.multipass) {
     if (vector) {
       // The partial count must not depend on the weight dtype: size the plan on the act-dtype
-      // weight kernel; launch_bwd swaps in the fp32-weight twin (same shape, near-identical registers).
+      // weight kernel (the same non-WRP kernel serves fp32 weights; plan_for_call swaps WRP out).
       pl.kernel = ring_for<T, X>(t.e, wt, false, db);  // (S = 1 works too: copy, then wait)
       auto sizes = [&](int wrp) { return ring_smem_for(t.threads, t.e, sizeof(T), sizeof(X), sizeof(T), wrp); };
       const RingSmem r0 = sizes(0);

@@ -167,7 +167,7 @@ struct FwdPlan {
   const char* row = "";  // the table row that chose this plan (plan() reports it)
   int64_t grid(int64_t rows) const {
     if (resident > 0) return std::min(resident, rows) * t.csize;
-    return t.tpr <= 32 ? cdiv(rows, static_cast<int64_t>(t.tpc())) : rows * t.csize;
+    return t.tpr <= 32 && t.csize == 1 ? cdiv(rows, static_cast<int64_t>(t.tpc())) : rows * t.csize;
   }
 };
 
@@ -459,8 +459,10 @@ void set_plan_override(const std::vector<std::pair<std::string, int>>& values) {
     o.value[k] = value[k];
     o.set[k] = set[k];
   }
-  o.generation.fetch_add(1, std::memory_order_acq_rel);
+  // `any` before the new generation: a plan keyed by the new generation must see the new values
+  // (one made in between under the old generation is never looked up again: generations only grow).
   o.any.store(!values.empty(), std::memory_order_release);
+  o.generation.fetch_add(1, std::memory_order_acq_rel);
 }
 
 const void* probe_kernel() { return reinterpret_cast<const void*>(fwd_direct_ptr<float, float, 8, false, false, true>()); }

@@ -19,6 +19,7 @@
 //   ring.wreg        ring kernel (the row in smem), weights in registers: no residual, 2+ stages fit
 //   ring.wsmem       ring kernel, weights staged once in smem (weights + 2 stages within 200 KB)
 //   ring.wl2         ring kernel, weights from L2 every row
+//   direct.cluster   (overrides only: fwd_dcpc, or fwd_directmax past 16384) the direct kernel over a cluster
 //   direct.scalar    rows that are not 16-byte aligned or whose width is not a multiple of 8 (4)
 //   multipass        wider than any row above holds here (or no clusters): the row streamed twice
 // Backward rows:

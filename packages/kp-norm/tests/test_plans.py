@@ -41,6 +41,9 @@ CASES = [
     ("rms", "plain", F16, (2, 131072)),
     ("layer", "plain", BF16, (2, 262144)),  # ring.wreg.rows (slow); ring.wrp_smem (slow)
     ("rms", "plain", BF16, (2, 262144)),
+    ("layer", "bf16-weight", F16, (3, 2048)),  # bf16 weights of fp16 x: widened to fp32 once
+    ("rms", "fp32-weight", BF16, (37, 1024)),  # fp32 weights in the backward's warp teams and CTA rings
+    ("layer", "fp32-weight", F16, (3, 8192)),
     ("rms", "plain", BF16, (3, 1027)),  # direct.scalar (odd width)
     ("layer", "plain", F32, (2, 70001)),  # scalar too wide for one cluster: multipass
     ("rms", "plain", BF16, (1, 300000)),  # backward multipass (> 262144)

@@ -53,16 +53,23 @@ def cuda_plan(op: str, hidden: int, dtype: torch.dtype = torch.bfloat16, *, rows
         raise ValueError(f"cuda_plan: the CUDA level plans for a CUDA device, got {dev}")
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     is_rms = op == "rms_norm"
-    act = dtypes.code(dtype)
-    wcode = dtypes.code(weight_dtype or dtype)
+    bias = bias and not is_rms
+    weight = weight or bias  # as the functions do: a bias alone is served beside a weight of ones
+    # What the calls hand the kernels: weights of the activation dtype or fp32 (others widened once),
+    # the activation dtype's code when there is no weight, and the scalar path for rows whose width
+    # is not a whole number of 16-byte chunks.
+    w_dtype = (weight_dtype or dtype) if weight else dtype
+    if w_dtype not in (dtype, torch.float32):
+        w_dtype = torch.float32
+    act, wcode = dtypes.code(dtype), dtypes.code(w_dtype)
+    vector = aligned and hidden % (16 // torch.empty((), dtype=dtype).element_size()) == 0
     mod = _module()
     if backward:
         x_code = dtypes.code(residual_dtype) if residual_dtype is not None else act
-        return mod.plan_bwd(rows, hidden, act, x_code, wcode, aligned, bias and not is_rms,
-                            residual_dtype is not None, index)  # fmt: skip
-    n_affine = int(weight or bias) + int(bias and not is_rms)
+        return mod.plan_bwd(rows, hidden, act, x_code, wcode, vector, bias, residual_dtype is not None, index)
+    n_affine = int(weight) + int(bias)
     rcode = dtypes.code(residual_dtype) if residual_dtype is not None else act
-    return mod.plan_fwd(rows, hidden, act, wcode, rcode, aligned, residual_dtype is not None, is_rms, n_affine, index)
+    return mod.plan_fwd(rows, hidden, act, wcode, rcode, vector, residual_dtype is not None, is_rms, n_affine, index)
 
 
 def plan_override_names() -> list:
