@@ -22,9 +22,13 @@ def supports(forced: bool, device_type: str, device_index, dtype, weight_dtype, 
     return NATIVE.device_problem(device_index)
 
 
+def kernel_weight_dtype(w_dtype: torch.dtype, act: torch.dtype) -> torch.dtype:
+    """The dtype the kernels read weights in: the activation dtype or fp32 (others widened once)."""
+    return w_dtype if w_dtype in (act, _F32) else _F32
+
+
 def _kernel_weight(w: Optional[torch.Tensor], act: torch.dtype) -> Optional[torch.Tensor]:
-    # The kernels read weights of the activation dtype or fp32; anything else is widened once here.
-    return w if w is None or w.dtype in (act, _F32) else w.float()
+    return w if w is None or kernel_weight_dtype(w.dtype, act) == w.dtype else w.float()
 
 
 def norm_fwd(x, residual, weight, bias, eps, is_rms, weight_offset, residual_dtype, save_stats):

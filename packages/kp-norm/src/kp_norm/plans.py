@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 from kp_core import dtypes
 
-from ._cuda import NATIVE
+from ._cuda import NATIVE, kernel_weight_dtype
 
 _OPS = ("rms_norm", "layer_norm")
 
@@ -58,11 +58,9 @@ def cuda_plan(op: str, hidden: int, dtype: torch.dtype = torch.bfloat16, *, rows
     # What the calls hand the kernels: weights of the activation dtype or fp32 (others widened once),
     # the activation dtype's code when there is no weight, and the scalar path for rows whose width
     # is not a whole number of 16-byte chunks.
-    w_dtype = (weight_dtype or dtype) if weight else dtype
-    if w_dtype not in (dtype, torch.float32):
-        w_dtype = torch.float32
+    w_dtype = kernel_weight_dtype(weight_dtype or dtype, dtype) if weight else dtype
     act, wcode = dtypes.code(dtype), dtypes.code(w_dtype)
-    vector = aligned and hidden % (16 // torch.empty((), dtype=dtype).element_size()) == 0
+    vector = aligned and hidden % (16 // dtype.itemsize) == 0
     mod = _module()
     if backward:
         x_code = dtypes.code(residual_dtype) if residual_dtype is not None else act
