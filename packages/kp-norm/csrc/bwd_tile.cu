@@ -1,4 +1,4 @@
-// The tile backward kernels (20 an arch), instantiated through their address getters: the
+// The tile backward kernels (8 an arch), instantiated through their address getters: the
 // ones the plan (norm_bwd.cu) can choose in a release build.
 #include "bwd_kernels.cuh"
 
@@ -10,22 +10,10 @@ template BwdKernel bwd_tile_ptr<__half, __half, 16, 1, true, true>();
 template BwdKernel bwd_tile_ptr<__half, __half, 16, 2, false, true>();
 template BwdKernel bwd_tile_ptr<__half, __half, 16, 2, true, false>();
 template BwdKernel bwd_tile_ptr<__half, __half, 16, 4, false, false>();
-template BwdKernel bwd_tile_ptr<__half, float, 16, 1, false, true>();
-template BwdKernel bwd_tile_ptr<__half, float, 16, 1, true, false>();
-template BwdKernel bwd_tile_ptr<__half, float, 16, 1, true, true>();
-template BwdKernel bwd_tile_ptr<__half, float, 16, 2, false, false>();
 template BwdKernel bwd_tile_ptr<__nv_bfloat16, __nv_bfloat16, 16, 1, true, true>();
 template BwdKernel bwd_tile_ptr<__nv_bfloat16, __nv_bfloat16, 16, 2, false, true>();
 template BwdKernel bwd_tile_ptr<__nv_bfloat16, __nv_bfloat16, 16, 2, true, false>();
 template BwdKernel bwd_tile_ptr<__nv_bfloat16, __nv_bfloat16, 16, 4, false, false>();
-template BwdKernel bwd_tile_ptr<__nv_bfloat16, float, 16, 1, false, true>();
-template BwdKernel bwd_tile_ptr<__nv_bfloat16, float, 16, 1, true, false>();
-template BwdKernel bwd_tile_ptr<__nv_bfloat16, float, 16, 1, true, true>();
-template BwdKernel bwd_tile_ptr<__nv_bfloat16, float, 16, 2, false, false>();
-template BwdKernel bwd_tile_ptr<float, float, 16, 1, false, true>();
-template BwdKernel bwd_tile_ptr<float, float, 16, 1, true, false>();
-template BwdKernel bwd_tile_ptr<float, float, 16, 1, true, true>();
-template BwdKernel bwd_tile_ptr<float, float, 16, 2, false, false>();
 // clang-format on
 
 }  // namespace kp_norm

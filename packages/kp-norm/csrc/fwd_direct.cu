@@ -1,4 +1,4 @@
-// The direct forward kernels (114 an arch), instantiated through their address getters: the ones
+// The direct forward kernels (81 an arch), instantiated through their address getters: the ones
 // the plan (norm_fwd.cu) can choose in a release build.
 #include "fwd_kernels.cuh"
 
@@ -17,8 +17,6 @@ template FwdKernel fwd_direct_ptr<__half, __half, 16, true, false, true, 128, 1,
 template FwdKernel fwd_direct_ptr<__half, __half, 16, true, false, true, 256, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 16, true, false, true, 512, 1, 40>();
 template FwdKernel fwd_direct_ptr<__half, __half, 16, true, false, true, 64, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, __half, 16, true, true, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, __half, 16, true, true, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, false, 128, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, false, 256, 1, 0>();
@@ -31,26 +29,14 @@ template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, true, 512, 1,
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, false, true, 64, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, true, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 32, true, true, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, __half, 8, false, false, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, __half, 8, false, false, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, __half, 8, false, true, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, __half, 8, false, true, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 8, true, false, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 8, true, false, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 8, true, true, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, __half, 8, true, true, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, float, 16, true, false, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, float, 16, true, false, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, float, 16, true, true, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, float, 16, true, true, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, float, 32, true, false, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, float, 32, true, false, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, float, 32, true, true, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, float, 32, true, true, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, float, 8, false, false, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, float, 8, false, false, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, float, 8, false, true, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__half, float, 8, false, true, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, float, 8, true, false, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, float, 8, true, false, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__half, float, 8, true, true, false, 0, 1, 0>();
@@ -66,8 +52,6 @@ template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 16, true, false,
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 16, true, false, true, 256, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 16, true, false, true, 512, 1, 40>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 16, true, false, true, 64, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 16, true, true, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 16, true, true, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, false, 128, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, false, 256, 1, 0>();
@@ -80,46 +64,29 @@ template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false,
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, false, true, 64, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, true, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 32, true, true, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 8, false, false, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 8, false, false, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 8, false, true, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 8, false, true, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 8, true, false, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 8, true, false, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 8, true, true, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, __nv_bfloat16, 8, true, true, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 16, true, false, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 16, true, false, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 16, true, true, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 16, true, true, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 32, true, false, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 32, true, false, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 32, true, true, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 32, true, true, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 8, false, false, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 8, false, false, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 8, false, true, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 8, false, true, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 8, true, false, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 8, true, false, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 8, true, true, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<__nv_bfloat16, float, 8, true, true, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<float, float, 16, true, false, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<float, float, 16, true, false, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<float, float, 16, true, true, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<float, float, 16, true, true, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<float, float, 32, true, false, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<float, float, 32, true, false, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<float, float, 32, true, true, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<float, float, 32, true, true, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<float, float, 8, false, false, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<float, float, 8, false, false, true, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<float, float, 8, false, true, false, 0, 1, 0>();
-template FwdKernel fwd_direct_ptr<float, float, 8, false, true, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<float, float, 8, true, false, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<float, float, 8, true, false, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<float, float, 8, true, true, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<float, float, 8, true, true, true, 0, 1, 0>();
+template FwdKernel fwd_scalar_ptr<__half>();
+template FwdKernel fwd_scalar_ptr<__nv_bfloat16>();
+template FwdKernel fwd_scalar_ptr<float>();
 // clang-format on
 
 }  // namespace kp_norm

@@ -712,6 +712,27 @@ __global__ void __launch_bounds__((kDirectBoundThreads<FT, CAP>), (kDirectBoundB
   }
 }
 
+// direct.scalar (rows that are not 16-byte aligned, or widths not a multiple of a packet): one
+// kernel an x dtype that branches once, uniformly, to its residual / RMS variant. The weight dtype
+// is read at run time (load_w), so it has no variant. A fallback: one kernel instead of the twenty
+// compile-time variants it replaced (plan_table.h, kernel sets).
+template <typename T>
+__global__ void __launch_bounds__(kMaxThreads, 1) fwd_scalar_kernel(const FwdParams p) {
+  __shared__ __align__(16) float red[2][32];
+  __shared__ kp::ClusterExchange cx;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (p.csize > 1) cx.init_arrive(p.csize);
+#endif
+  auto run = [&](auto rms_t) {
+    constexpr bool RMS = decltype(rms_t)::value;
+    if (!p.has_res) direct_body<T, T, T, 8, false, false, RMS, 0, kFwdPol, 0>(p, red, cx);
+    else if (p.res_f32) direct_body<T, T, float, 8, false, true, RMS, 0, kFwdPol, 0>(p, red, cx);
+    else direct_body<T, T, T, 8, false, true, RMS, 0, kFwdPol, 0>(p, red, cx);
+  };
+  if (p.is_rms) run(std::true_type{});
+  else run(std::false_type{});
+}
+
 // ---- multi-pass fallback: one CTA per row, the row streamed in tiles ----------------------------
 // Pass 1 computes the statistics (and writes res_out), pass 2 re-reads (res_out, or x + res) and
 // writes y. Pass-1 loads keep their lines in L2 for pass 2. Used for rows beyond a 16-CTA cluster
@@ -830,6 +851,10 @@ FwdKernel fwd_direct_ptr() {
 template <typename T, bool VECTOR>
 FwdKernel fwd_multipass_ptr() {
   return fwd_multipass_kernel<T, VECTOR>;
+}
+template <typename T>
+FwdKernel fwd_scalar_ptr() {
+  return fwd_scalar_kernel<T>;
 }
 
 }  // namespace kp_norm

@@ -32,5 +32,7 @@ template <typename T, typename W, int E, bool VECTOR, bool RES, bool RMS, int FT
 FwdKernel fwd_direct_ptr();
 template <typename T, bool VECTOR>
 FwdKernel fwd_multipass_ptr();
+template <typename T>
+FwdKernel fwd_scalar_ptr();
 
 }  // namespace kp_norm

@@ -61,18 +61,23 @@ BwdKernel ring_cta(int e) {
 #endif
   return bwd_ring_ptr<T, X, W, 32, false, DB, WRP>();
 }
-// Warp teams (E = 8, 16 or 32) and CTA/cluster teams (plan_bwd).
+// Warp teams (E = 8, 16 or 32; fp32 h: 32 only, kFullKernelSet) and CTA/cluster teams (plan_bwd).
 template <typename T, typename X, typename W, bool DB>
 BwdKernel ring_for_wd(int e, bool wt) {
-  if (wt) return e == 8 ? bwd_ring_ptr<T, X, W, 8, true, DB, false>() : e == 16 ? bwd_ring_ptr<T, X, W, 16, true, DB, false>()
-                                                                             : bwd_ring_ptr<T, X, W, 32, true, DB, false>();
+  if (wt) {
+    if constexpr (kFullKernelSet<X>) {
+      if (e == 8) return bwd_ring_ptr<T, X, W, 8, true, DB, false>();
+      if (e == 16) return bwd_ring_ptr<T, X, W, 16, true, DB, false>();
+    }
+    return e == 32 ? bwd_ring_ptr<T, X, W, 32, true, DB, false>() : nullptr;
+  }
   return ring_cta<T, X, W, DB, 0>(e);
 }
 // WRP twins: CTA/cluster teams, W as wide as T (w takes E / 2 registers for 16-bit T; fp32 w of a
 // 16-bit T would take E). With db only E = 32, and WRP = 2 only with db (plan_bwd picks no other).
 template <typename T, typename X, typename W>
 BwdKernel ring_for_w(int e, bool wt, bool db, int wrp) {
-  if constexpr (sizeof(W) == sizeof(T))
+  if constexpr (sizeof(W) == sizeof(T) && kFullKernelSet<X>)
     if (wrp && !wt) {
       if (db) return wrp == 2 ? bwd_ring_ptr<T, X, W, 32, false, true, 2>() : bwd_ring_ptr<T, X, W, 32, false, true, 1>();
       return ring_cta<T, X, W, false, 1>(e);
@@ -103,11 +108,15 @@ BwdKernel ring_ft_t(bool db, int wrp) {
 // 89.5 (docs/benchmarks/h100/sweep-twins-2026-11-23.json). Tuning builds keep both (sweeps).
 template <typename T>
 BwdKernel ring_ft(int threads, bool db, int wrp) {
+  if constexpr (!kFullKernelSet<T>) {  // (T = X here)
+    return nullptr;
+  } else {
 #ifdef KP_NORM_TUNING
-  if (threads == 512) return ring_ft_t<T, 512>(db, wrp);
-  if (threads == 128) return ring_ft_t<T, 128>(db, wrp);
+    if (threads == 512) return ring_ft_t<T, 512>(db, wrp);
+    if (threads == 128) return ring_ft_t<T, 128>(db, wrp);
 #endif
-  return threads == 256 ? ring_ft_t<T, 256>(db, wrp) : nullptr;
+    return threads == 256 ? ring_ft_t<T, 256>(db, wrp) : nullptr;
+  }
 }
 
 // Tile kernels. M rows a tile: as many (4, 2 or 1) as keep a tile's raw packets (dy, x, dres:
@@ -122,10 +131,14 @@ constexpr int tile_m() {
 }
 template <typename T, typename X>
 BwdKernel tile_for(bool db, bool hd) {
-  if (db) return hd ? bwd_tile_ptr<T, X, kTileE, tile_m<T, X, true, true>(), true, true>()
-                    : bwd_tile_ptr<T, X, kTileE, tile_m<T, X, true, false>(), true, false>();
-  return hd ? bwd_tile_ptr<T, X, kTileE, tile_m<T, X, false, true>(), false, true>()
-            : bwd_tile_ptr<T, X, kTileE, tile_m<T, X, false, false>(), false, false>();
+  if constexpr (!kFullKernelSet<X>) {  // plan_bwd takes the tile row only for 16-bit h
+    return nullptr;
+  } else {
+    if (db) return hd ? bwd_tile_ptr<T, X, kTileE, tile_m<T, X, true, true>(), true, true>()
+                      : bwd_tile_ptr<T, X, kTileE, tile_m<T, X, true, false>(), true, false>();
+    return hd ? bwd_tile_ptr<T, X, kTileE, tile_m<T, X, false, true>(), false, true>()
+              : bwd_tile_ptr<T, X, kTileE, tile_m<T, X, false, false>(), false, false>();
+  }
 }
 
 // WRP (see bwd_ring_kernel) for a vector ring plan, where it wins: w as raw packets (registers;
@@ -151,7 +164,7 @@ void choose_wrp(Plan& pl, int64_t cols, bool db, bool wt, int budget, int device
   // WRP = 2 (db only): w in smem at half the bytes of w_eff, so the registers that spilled in
   // WRP = 1 stay free. Taken where it keeps as many teams resident as WRP = 1 (256K: both one
   // 512-thread CTA an SM; at 16K-64K its extra 16 KB would cost the second CTA).
-  if (pl.t.multipass || wt || (db && !wrp_db) || !knob(Knob::BwdWrp, 1)) return;
+  if (!kFullKernelSet<X> || pl.t.multipass || wt || (db && !wrp_db) || !knob(Knob::BwdWrp, 1)) return;
   const int budget_w = db ? knob(Knob::BwdRing, t.csize > 1 ? kBwd.ring_budget_deep : kBwd.ring_budget) : budget;
   struct Cand {
     int wrp = 0, stages = 0, resident = 0;
@@ -206,7 +219,7 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
   Team& t = pl.t;
   const auto& dev = kp::device_info(device);
   // Rows of 1K-4K: the tile kernel (see bwd_tile_kernel). Sized, like every plan, without dres.
-  if (vector && cols > knob(Knob::BwdTilemin, kBwd.tile_min) && cols <= knob(Knob::BwdTilemax, kBwd.tile_max) &&
+  if (kFullKernelSet<X> && vector && cols > knob(Knob::BwdTilemin, kBwd.tile_min) && cols <= knob(Knob::BwdTilemax, kBwd.tile_max) &&
       round_up(cdiv(cols, kTileE), 32) <= kTileMaxThreads && knob(Knob::BwdTile, 1)) {
     t.e = kTileE;
     t.tpr = t.threads = round_up(cdiv(cols, kTileE), 32);
@@ -223,7 +236,7 @@ Plan plan_bwd(int64_t cols, bool vector, bool db, int device) {
     t.e = 8;
     wt = cols <= 32 * t.e;
   } else if (cols <= 1024) {  // warp teams: one partial per CTA (its 8+ teams merged), not per team
-    t.e = cols <= 256 ? 8 : cols <= 512 ? 16 : 32;
+    t.e = !kFullKernelSet<X> ? 32 : cols <= 256 ? 8 : cols <= 512 ? 16 : 32;
     wt = true;
   } else {
     t.e = knob(Knob::BwdE, 32);

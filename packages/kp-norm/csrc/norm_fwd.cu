@@ -22,14 +22,20 @@ namespace {
 
 template <typename T, typename W, int WM>
 FwdKernel ring_for_wm(bool res, bool rms) {
-  if (res) return rms ? fwd_ring_ptr<T, W, true, true, WM>() : fwd_ring_ptr<T, W, true, false, WM>();
+  // fp32 weights of a 16-bit x come from L2 (plan_table.h, kernel sets): plan_ring stages no such
+  // weights in smem, so nullptr is never launched (launch_fwd checks).
+  if constexpr (WM == kWSmem && sizeof(W) != sizeof(T)) {
+    return nullptr;
+  } else {
+    if (res) return rms ? fwd_ring_ptr<T, W, true, true, WM>() : fwd_ring_ptr<T, W, true, false, WM>();
 #ifndef KP_NORM_TUNING
-  // Without a residual, weights as wide as x always fit registers (two 64 KB stages, plan_ring), so
-  // a release plan stages weights in smem only when they are fp32 of a 16-bit x; nullptr is never
-  // launched (launch_fwd checks). A tuning build reaches these with the fwd_wreg=0 override.
-  if constexpr (WM == kWSmem && sizeof(W) == sizeof(T)) return nullptr;
+    // Without a residual, weights as wide as x always fit registers (two 64 KB stages, plan_ring),
+    // so a release plan never stages them in smem. A tuning build reaches these with fwd_wreg=0.
+    if constexpr (WM == kWSmem) return nullptr;
+    else
 #endif
-  return rms ? fwd_ring_ptr<T, W, false, true, WM>() : fwd_ring_ptr<T, W, false, false, WM>();
+      return rms ? fwd_ring_ptr<T, W, false, true, WM>() : fwd_ring_ptr<T, W, false, false, WM>();
+  }
 }
 // kWReg only without a residual (the residual ring kernels spill at 128 registers; not measured)
 // and where weights are as wide as x (fp32 weights of a 16-bit x would take 128 registers).
@@ -38,18 +44,22 @@ template <typename T, typename W, int FT>
 FwdKernel ring_wreg(bool rms) {
   return rms ? fwd_ring_ptr<T, W, false, true, kWReg, FT>() : fwd_ring_ptr<T, W, false, false, kWReg, FT>();
 }
+// The compile-time-geometry twins (`ft`) in the full kernel set only (plan_table.h).
 template <typename T, typename W>
 FwdKernel ring_for_w(int wm, bool res, bool rms, int ft) {
   if constexpr (sizeof(W) == sizeof(T)) {
     if (wm == kWReg && !res) {
-      switch (ft) {
-        case kMaxThreads: return ring_wreg<T, W, kMaxThreads>(rms);
-        case kMaxThreads / 2: return ring_wreg<T, W, kMaxThreads / 2>(rms);
+      if constexpr (kFullKernelSet<T>) {
+        switch (ft) {
+          case kMaxThreads: return ring_wreg<T, W, kMaxThreads>(rms);
+          case kMaxThreads / 2: return ring_wreg<T, W, kMaxThreads / 2>(rms);
 #ifdef KP_NORM_TUNING  // no release plan fills 128-thread CTAs (rows of 8K: the direct kernel)
-        case kMaxThreads / 4: return ring_wreg<T, W, kMaxThreads / 4>(rms);
+          case kMaxThreads / 4: return ring_wreg<T, W, kMaxThreads / 4>(rms);
 #endif
-        default: return ring_wreg<T, W, 0>(rms);
+          default: break;
+        }
       }
+      return ring_wreg<T, W, 0>(rms);
     }
   }
   return wm == kWSmem ? ring_for_wm<T, W, kWSmem>(res, rms) : ring_for_wm<T, W, kWL2>(res, rms);
@@ -59,11 +69,15 @@ FwdKernel ring_for(bool w_f32, int wm, bool res, bool rms, int ft) {
   if constexpr (std::is_same_v<T, float>) return ring_for_w<T, float>(wm, res, rms, ft);
   else return w_f32 ? ring_for_w<T, float>(wm, res, rms, ft) : ring_for_w<T, T>(wm, res, rms, ft);
 }
+// E = 16 only in the full kernel set without a residual (plan_table.h): plan_direct asks for no
+// other (nullptr: a tuning override that does is refused at launch).
 template <typename T, typename W, bool RES, bool RMS>
 FwdKernel direct_for_w(int e, bool vector) {
-  if (!vector) return fwd_direct_ptr<T, W, 8, false, RES, RMS>();
-  return e == 8 ? fwd_direct_ptr<T, W, 8, true, RES, RMS>() : e == 16 ? fwd_direct_ptr<T, W, 16, true, RES, RMS>()
-                                                                       : fwd_direct_ptr<T, W, 32, true, RES, RMS>();
+  if (!vector) return fwd_scalar_ptr<T>();
+  if (e == 8) return fwd_direct_ptr<T, W, 8, true, RES, RMS>();
+  if (e == 32) return fwd_direct_ptr<T, W, 32, true, RES, RMS>();
+  if constexpr (kFullKernelSet<T> && kFullKernelSet<W> && !RES) return e == 16 ? fwd_direct_ptr<T, W, 16, true, RES, RMS>() : nullptr;
+  else return nullptr;
 }
 template <typename T, bool RES, bool RMS>
 FwdKernel direct_for_r(int e, bool vector, bool w_f32) {
@@ -222,7 +236,8 @@ FwdPlan plan_ring(int64_t cols, bool res, bool res_f32, bool w_f32, int n_affine
   const bool wr = wbytes > 0 && !res && (!w_f32 || sizeof(T) == 4) && knob(Knob::FwdWreg, 1) &&
                   2 * per_stage <= dev.smem_optin - kStaticSmemSlack;
   const int budget_ws = knob(Knob::FwdRingws, kFwd.ring_budget_wsmem);
-  const bool ws = !wr && wbytes > 0 && knob(Knob::FwdWsmem, 1) && wbytes + 2 * per_stage <= budget_ws;
+  const bool ws = !wr && wbytes > 0 && (!w_f32 || sizeof(T) == 4) && knob(Knob::FwdWsmem, 1) &&
+                  wbytes + 2 * per_stage <= budget_ws;  // (fp32 weights of a 16-bit x: kernel sets)
   const int wm = wr ? kWReg : ws ? kWSmem : kWL2;
   const int room = dev.smem_optin - kStaticSmemSlack - (ws ? wbytes : 0);
   if (per_stage > room) {
@@ -271,10 +286,11 @@ FwdPlan plan_direct(int64_t cols, bool vector, bool res, bool w_f32, bool rms, i
   const int e16_twin_max = rms ? knob(Knob::FwdRmse16twinmax, kFwd.rms_e16_twin_max.at(fast))
                                : knob(Knob::FwdLne16twinmax, kFwd.ln_e16_twin_max.at(fast));
   const bool e16_twin = twin_shape && cols <= e16_twin_max && knob(Knob::FwdDft, 1);
-  const int e_row = sizeof(T) == 2 && !res && cols > 512 && (cols <= e16_max || e16_twin) ? 16 : 32;
+  const bool e16 = sizeof(T) == 2 && !w_f32 && !res;  // the E = 16 kernels (plan_table.h, kernel sets)
+  const int e_row = e16 && cols > 512 && (cols <= e16_max || e16_twin) ? 16 : 32;
   const int emax = vector ? std::min(e_row, knob(Knob::FwdEmax, 32)) : 8;
   if (cols <= 32 * emax) {  // warp / sub-warp teams, several rows per CTA
-    t.e = !vector || cols <= 256 ? 8 : cols <= 512 ? std::min(16, emax) : emax;
+    t.e = !vector || cols <= 256 ? 8 : cols <= 512 && e16 ? std::min(16, emax) : emax;
     t.tpr = next_pow2(static_cast<int>(cdiv(cols, t.e)));
     t.threads = kWarpTeamCTA;
   } else {
@@ -465,6 +481,6 @@ void set_plan_override(const std::vector<std::pair<std::string, int>>& values) {
   o.generation.fetch_add(1, std::memory_order_acq_rel);
 }
 
-const void* probe_kernel() { return reinterpret_cast<const void*>(fwd_direct_ptr<float, float, 8, false, false, true>()); }
+const void* probe_kernel() { return reinterpret_cast<const void*>(fwd_scalar_ptr<float>()); }
 
 }  // namespace kp_norm

@@ -36,7 +36,8 @@ CASES = [
     ("rms", "plain", F32, (3, 12288)),
     ("rms", "plain", BF16, (2, 65536)),  # direct.wide / ring.wreg; ring.wrp
     ("layer", "plain", BF16, (2, 65536)),  # ring.wreg; ring.wrp (db, slow) or ring.cluster
-    ("rms", "fp32-weight", BF16, (3, 40000)),  # ring.wsmem
+    ("rms", "residual", BF16, (3, 20000)),  # ring.wsmem (weights + 2 stages within 200 KB)
+    ("rms", "fp32-weight", BF16, (3, 40000)),  # ring.wl2 (fp32 weights of a 16-bit x: from L2)
     ("layer", "residual", BF16, (2, 65536)),  # ring.wl2
     ("rms", "plain", F16, (2, 131072)),
     ("layer", "plain", BF16, (2, 262144)),  # ring.wreg.rows (slow); ring.wrp_smem (slow)
@@ -45,6 +46,17 @@ CASES = [
     ("rms", "fp32-weight", BF16, (37, 1024)),  # fp32 weights in the backward's warp teams and CTA rings
     ("layer", "fp32-weight", F16, (3, 8192)),
     ("rms", "plain", BF16, (3, 1027)),  # direct.scalar (odd width)
+    ("layer", "residual", BF16, (6, 1027)),  # direct.scalar with a residual (one kernel, run-time variants)
+    ("layer", "residual-fp32", F16, (5, 3000)),  # direct.scalar: fp32 residual and weights, strided rows
+    # The smaller kernel sets (plan_table.h): E = 32 warp teams at 257-512 columns for fp32
+    # weights or a residual; fp32 h in the backward without tile, WRP or twins.
+    ("rms", "fp32-weight", BF16, (37, 384)),
+    ("layer", "residual", F16, (37, 480)),
+    ("layer", "plain", F32, (37, 384)),
+    ("rms", "plain", F32, (5, 2048)),  # backward ring.cta where 16-bit h takes the tile
+    ("layer", "residual-fp32", BF16, (5, 4096)),
+    ("layer", "plain", F32, (2, 65536)),  # backward ring.cluster where 16-bit h takes ring.wrp
+    ("rms", "residual-fp32", BF16, (2, 262144)),
     ("layer", "plain", F32, (2, 70001)),  # scalar too wide for one cluster: multipass
     ("rms", "plain", BF16, (1, 300000)),  # backward multipass (> 262144)
     ("rms", "plain", BF16, (1, 1 << 20)),  # forward multipass (> 16 x 512 x 64)
@@ -104,6 +116,24 @@ def test_each_row_matches_the_oracle(gpu_class, case, seed):
     kind, variant, dtype, shape = case
     with kp_norm.plan_override(**CLASSES[gpu_class]):
         test_norm.test_forward_backward_match_oracle(("cuda", "cuda"), kind, variant, dtype, shape, seed)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("gpu_class", list(CLASSES))
+def test_smaller_kernel_sets_are_respected(gpu_class):
+    """The signatures outside the full kernel set never plan a kernel the build leaves out."""
+    _need_cuda()
+    with kp_norm.plan_override(**CLASSES[gpu_class]):
+        for kind, variant, dtype, shape in CASES:
+            fwd, bwd = _rows_of(kind, variant, dtype, shape)
+            res_kind, w_kind = test_norm.VARIANTS[variant][:2]
+            fp32_w = w_kind is torch.float32 and dtype != F32
+            if fp32_w or res_kind is not None or dtype == F32:
+                assert fwd["e"] != 16, (kind, variant, dtype, shape, fwd)
+            if fp32_w:
+                assert fwd["row"] != "ring.wsmem", (kind, variant, dtype, shape, fwd)
+            if dtype == F32 or res_kind is torch.float32:  # fp32 h in the backward
+                assert bwd["row"] not in {"tile", "ring.wrp", "ring.wrp_smem"}, (kind, variant, dtype, shape, bwd)
 
 
 @pytest.mark.gpu

@@ -1,7 +1,8 @@
 """Sweep kp-norm's launch configuration on a GPU: % of copy bandwidth per (config, op, hidden).
 
     python packages/kp-norm/tools/norm_sweep.py [--ops rms,layer] [--dirs fwd,bwd,bwdk] [--hidden 4096,16384]
-                               [--levels cuda,triton] [--config NAME:KEY=VAL,KEY=VAL ...] [--out f.json]
+                               [--levels cuda,triton] [--dtypes bf16,bf16-w32,fp32]
+                               [--config NAME:KEY=VAL,KEY=VAL ...] [--out f.json]
 
 Each --config runs its rows under `kp_norm.plan_override(KEY=VAL, ...)` (names:
 `kp_norm.plan_override_names()`; the plain "default" config is always run first). Overrides that
@@ -9,7 +10,8 @@ reach kernels outside the release lists need kp-norm built with `-C cmake.define
 
 Directions: fwd (the public function), bwd (torch.autograd.grad through the public function:
 what the benchmark times), bwdk (the native backward kernel alone: no autograd, no allocation,
-no col_sum). bf16, 256 MiB of x, median of kp_core.bench's do_bench (L2 flush + stream hold); the
+no col_sum). --dtypes: bf16 x and weights (the benchmark's), bf16 x with fp32 weights (autocast
+training), fp32 x and weights. 256 MiB of x, median of kp_core.bench's do_bench (L2 flush + stream hold); the
 copy ceiling is measured in the same run. A development tool: the committed numbers come from the benchmarks.
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib.util
+import itertools
 import json
 import os
 import sys
@@ -34,6 +37,7 @@ def _args(argv):
     p.add_argument("--hidden", default=",".join(map(str, HIDDEN)))
     p.add_argument("--levels", default="cuda",
                    help="cuda, triton, reference, compile (torch.compile, fwd only), quack (QuACK, rms only)")
+    p.add_argument("--dtypes", default="bf16", help="bf16, bf16-w32 (fp32 weights), fp32")
     p.add_argument("--config", action="append", default=[], help="NAME:KEY=VAL,KEY=VAL")
     p.add_argument("--out", default=None)
     return p.parse_args(argv)
@@ -58,17 +62,24 @@ def _compiled(op):
     return torch.compile(mod.ref_rms_norm if op == "rms" else mod.ref_layer_norm, fullgraph=True, dynamic=False)
 
 
-def _case(op, direction, hidden, level):
+DTYPES = {"bf16": (torch.bfloat16, torch.bfloat16), "bf16-w32": (torch.bfloat16, torch.float32),
+          "fp32": (torch.float32, torch.float32)}  # x, weights
+
+
+def _case(op, direction, hidden, level, dtypes_name="bf16"):
     import kp_norm
     from kp_norm import _cuda
     from kp_core import dtypes
 
-    rows = INPUT_BYTES // (hidden * 2)
     bf16 = torch.bfloat16
+    xd, wd = DTYPES[dtypes_name]
+    xs = xd.itemsize
+    rows = INPUT_BYTES // (hidden * xs)
     grad = direction == "bwd"
-    x = torch.randn(rows, hidden, device="cuda", dtype=bf16, requires_grad=grad)
-    params = [torch.randn(hidden, device="cuda", dtype=bf16, requires_grad=grad) for _ in range(1 if op == "rms" else 2)]
+    x = torch.randn(rows, hidden, device="cuda", dtype=xd, requires_grad=grad)
+    params = [torch.randn(hidden, device="cuda", dtype=wd, requires_grad=grad) for _ in range(1 if op == "rms" else 2)]
     n = rows * hidden
+    assert dtypes_name == "bf16" or level == "cuda" and direction != "bwdk", "--dtypes other than bf16: cuda fwd/bwd"
     if level == "compile":  # the baseline to beat: torch.compile of the plain fp32 formula
         torch._dynamo.reset()  # a static-shape compile for each size, as the benchmark does
         fn = functools.partial(_compiled(op), x, *params)
@@ -83,11 +94,11 @@ def _case(op, direction, hidden, level):
     else:
         fn = lambda: kp_norm.layer_norm(x, params[0], params[1], 1e-5, backend=level)  # noqa: E731
     if direction == "fwd":
-        return fn, 4 * n
-    dy = torch.randn(rows, hidden, device="cuda", dtype=bf16)
+        return fn, 2 * xs * n
+    dy = torch.randn(rows, hidden, device="cuda", dtype=xd)
     if direction == "bwd":
         y = fn()
-        return (lambda: torch.autograd.grad(y, (x, *params), dy, retain_graph=True)), 6 * n
+        return (lambda: torch.autograd.grad(y, (x, *params), dy, retain_graph=True)), 3 * xs * n
     # bwdk: the native kernel alone, buffers made once.
     assert level == "cuda", "bwdk times the native kernel"
     is_rms = op == "rms"
@@ -128,27 +139,27 @@ def main(argv=None) -> int:
 
     for name, env in _configs(a.config):
         with kp_norm.plan_override(**env) if env else contextlib.nullcontext():  # (older wheels have none)
-            for op in a.ops.split(","):
-                for direction in a.dirs.split(","):
-                    for level in a.levels.split(","):
-                        if ((direction == "bwdk" and level != "cuda") or (direction != "fwd" and level == "compile")
-                                or (level == "quack" and (op != "rms" or name != "default"))):
-                            continue
-                        line = []
-                        for h in hiddens:
-                            try:
-                                fn, nbytes = _case(op, direction, h, level)
-                                ms = do_bench(fn)
-                                pct = 100 * nbytes / ms / 1e6 / copy
-                                rows.append(dict(config=name, env=env, op=op, dir=direction, level=level, hidden=h,
-                                                 ms=ms, pct_copy=pct))
-                                line.append(f"{pct:5.1f}")
-                            except Exception as e:  # a config a shape cannot take: show it, go on
-                                line.append("  err")
-                                print(f"  {name} {op} {direction} {level} {h}: {type(e).__name__}: {e}", file=sys.stderr)
-                            finally:
-                                torch.cuda.empty_cache()
-                        print(f"{name:>12} {op:>5} {direction:>4} {level:>6} | " + " ".join(line), flush=True)
+            for op, dt, direction, level in itertools.product(a.ops.split(","), a.dtypes.split(","),
+                                                              a.dirs.split(","), a.levels.split(",")):
+                if ((direction == "bwdk" and level != "cuda") or (direction != "fwd" and level == "compile")
+                        or (level == "quack" and (op != "rms" or name != "default"))):
+                    continue
+                line = []
+                for h in hiddens:
+                    try:
+                        fn, nbytes = _case(op, direction, h, level, dt)
+                        ms = do_bench(fn)
+                        pct = 100 * nbytes / ms / 1e6 / copy
+                        row = dict(config=name, env=env, op=op, dir=direction, level=level, hidden=h, ms=ms, pct_copy=pct)
+                        rows.append(row if dt == "bf16" else {**row, "op": f"{op}.{dt}", "dtypes": dt})
+                        line.append(f"{pct:5.1f}")
+                    except Exception as e:  # a config a shape cannot take: show it, go on
+                        line.append("  err")
+                        print(f"  {name} {op} {dt} {direction} {level} {h}: {type(e).__name__}: {e}", file=sys.stderr)
+                    finally:
+                        torch.cuda.empty_cache()
+                label = op if dt == "bf16" else f"{op}.{dt}"
+                print(f"{name:>12} {label:>14} {direction:>4} {level:>6} | " + " ".join(line), flush=True)
     print("hidden: " + " ".join(f"{h:>5}" for h in hiddens))
     if a.out:
         with open(a.out, "w") as f:
