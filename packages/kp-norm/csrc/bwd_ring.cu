@@ -1,4 +1,4 @@
-// The ring backward kernels (44 an arch; fp32 weights of a 16-bit T share the T-wide kernels),
+// The ring backward kernels (46 an arch; fp32 weights of a 16-bit T share the T-wide kernels),
 // instantiated through their address getters: the ones the plan (norm_bwd.cu) can choose in a
 // release build.
 #include "bwd_kernels.cuh"
@@ -49,6 +49,8 @@ template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 32, true, f
 template BwdKernel bwd_ring_ptr<__nv_bfloat16, float, __nv_bfloat16, 32, true, true, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 0, 0>();
+template BwdKernel bwd_ring_ptr<float, float, float, 32, false, false, 0, 256>();
+template BwdKernel bwd_ring_ptr<float, float, float, 32, false, true, 0, 256>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, true, false, 0, 0>();
 template BwdKernel bwd_ring_ptr<float, float, float, 32, true, true, 0, 0>();
 // clang-format on

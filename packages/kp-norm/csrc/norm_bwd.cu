@@ -95,28 +95,28 @@ BwdKernel ring_for(int e, bool wt, bool w_f32, bool db, int wrp = 0) {
 
 // FT twins of the E = 32 CTA/cluster kernels, for X and W as wide as T (the common case: one
 // dtype for activations and weights); launch_bwd picks them when the row fills the geometry.
+// fp32 h has no WRP kernels (kernel sets), so fp32 x has the non-WRP twins only.
 template <typename T, int FT>
 BwdKernel ring_ft_t(bool db, int wrp) {
-  if (wrp)
-    return !db ? bwd_ring_ptr<T, T, T, 32, false, false, 1, FT>()
-               : wrp == 2 ? bwd_ring_ptr<T, T, T, 32, false, true, 2, FT>() : bwd_ring_ptr<T, T, T, 32, false, true, 1, FT>();
+  if constexpr (kFullKernelSet<T>)
+    if (wrp)
+      return !db ? bwd_ring_ptr<T, T, T, 32, false, false, 1, FT>()
+                 : wrp == 2 ? bwd_ring_ptr<T, T, T, 32, false, true, 2, FT>() : bwd_ring_ptr<T, T, T, 32, false, true, 1, FT>();
   return db ? bwd_ring_ptr<T, T, T, 32, false, true, false, FT>() : bwd_ring_ptr<T, T, T, 32, false, false, false, FT>();
 }
 // Release plans take the 256-thread twins only (rows of 8K-64K: clusters of 256-thread CTAs). No
 // release plan fills 128 threads (4K rows take the tile kernel), and at 512 threads (128K+) the
 // twin lost: H100, bf16, % of copy at 256K without / with it, LayerNorm 88.2 / 82.3, RMSNorm 89.7 /
 // 89.5 (docs/benchmarks/h100/sweep-twins-2026-11-23.json). Tuning builds keep both (sweeps).
+// fp32 x keeps its two non-WRP 256-thread twins: without them the fp32 LayerNorm backward at 8K-64K
+// lost 8-14% of its speed (H200, docs/benchmarks/h200/kernel-sets-2026-11-25.md).
 template <typename T>
 BwdKernel ring_ft(int threads, bool db, int wrp) {
-  if constexpr (!kFullKernelSet<T>) {  // (T = X here)
-    return nullptr;
-  } else {
 #ifdef KP_NORM_TUNING
-    if (threads == 512) return ring_ft_t<T, 512>(db, wrp);
-    if (threads == 128) return ring_ft_t<T, 128>(db, wrp);
+  if (threads == 512) return ring_ft_t<T, 512>(db, wrp);
+  if (threads == 128) return ring_ft_t<T, 128>(db, wrp);
 #endif
-    return threads == 256 ? ring_ft_t<T, 256>(db, wrp) : nullptr;
-  }
+  return threads == 256 ? ring_ft_t<T, 256>(db, wrp) : nullptr;
 }
 
 // Tile kernels. M rows a tile: as many (4, 2 or 1) as keep a tile's raw packets (dy, x, dres:

@@ -35,13 +35,13 @@
 //
 // Kernel sets (what is instantiated, fwd_*.cu / bwd_*.cu): every shape above exists for the common
 // signature, 16-bit x with 16-bit weights (and, in the backward, 16-bit h). The rarer signatures
-// share fewer, more general kernels, so that the build holds ~200 kernels an arch, not 283:
+// share fewer, more general kernels, so that the build holds 202 kernels an arch, not 283:
 //   fp32 weights of a 16-bit x (autocast training) or fp32 x: no E = 16 direct kernels (E = 8 up to
 //     256 columns, then E = 32); the ring reads fp32 weights from L2 (no ring.wsmem), and fp32 x
 //     has no compile-time-geometry ring twins;
 //   a residual: no E = 16 direct kernels (warp teams of 257-512 columns take E = 32);
-//   fp32 h in the backward (fp32 x, or an fp32 residual stream): no tile, ring.wrp or
-//     compile-time-geometry twins, and warp teams of E = 32 only;
+//   fp32 h in the backward (fp32 x, or an fp32 residual stream): no tile or ring.wrp, warp teams
+//     of E = 32 only; compile-time-geometry twins for fp32 x at 256 threads only (they earn 8-14%);
 //   direct.scalar: one kernel an x dtype, branching once a CTA on the weight dtype, the residual
 //     and RMS/LayerNorm (a fallback: rows that are not 16-byte aligned).
 // kp-norm 0.3.4 made these cuts; what they cost is in docs/benchmarks/h200/ (kernel-sets-*).
