@@ -15,13 +15,15 @@ ships every glibc's symbol lists and makes such stubs for any target (`zig cc -t
 x86_64-linux-gnu.2.28`); `stubs` takes them (and zig's libc_nonshared.a for that glibc) from a
 throwaway zig cache. KpExtension.cmake (KP_GLIBC_STUBS) puts the stub dir first on the link line,
 links libstdc++ statically with its symbols hidden (no GLIBCXX_ needs, no interposing on the
-process's libstdc++) and adds shared_cuda/cmake/glibc_compat.cpp: hidden definitions of the two
+process's libstdc++), exports only PyInit_<name> (shared_cuda/cmake/module_exports.map) and adds
+shared_cuda/cmake/glibc_compat.cpp: hidden definitions of the two
 glibc > 2.28 symbols the build machine's libstdc++.a uses. libgcc_s stays a shared library
 (manylinux allows it): the static libgcc_eh.a of gcc 12 needs glibc 2.35's _dl_find_object.
 
 `check` reads the modules' ELF dynamic sections directly (no binutils needed): NEEDED, the symbol
-versions needed, and undefined symbols with no version (what the stubs could not bind: a glibc
-function newer than the stubs' glibc, called from code compiled on the build machine).
+versions needed, undefined symbols with no version (what the stubs could not bind: a glibc
+function newer than the stubs' glibc, called from code compiled on the build machine), and what
+the module exports (PyInit_<name> only).
 """
 from __future__ import annotations
 
@@ -58,8 +60,8 @@ class ElfError(ValueError):
 
 def read_elf(data: bytes) -> dict:
     """The dynamic linking facts of a 64-bit little-endian ELF shared object: {"needed": [soname...],
-    "soname": str|None, "undefined": [(name, version|None, weak)], "verneed": {file: [version...]},
-    "verdef": [version...]}."""
+    "soname": str|None, "undefined": [(name, version|None, weak)], "exported": [name...] (defined,
+    global or weak), "verneed": {file: [version...]}, "verdef": [version...]}."""
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ElfError("not a 64-bit little-endian ELF file")
     shoff, = struct.unpack_from("<Q", data, 0x28)
@@ -76,7 +78,7 @@ def read_elf(data: bytes) -> dict:
     for i, s in enumerate(sections):
         by_type.setdefault(s[1], i)
     SHT_DYNSYM, SHT_DYNAMIC, SHT_VERSYM, SHT_VERNEED, SHT_VERDEF = 11, 6, 0x6FFFFFFF, 0x6FFFFFFE, 0x6FFFFFFD
-    out = {"needed": [], "soname": None, "undefined": [], "verneed": {}, "verdef": []}
+    out = {"needed": [], "soname": None, "undefined": [], "exported": [], "verneed": {}, "verdef": []}
     if SHT_DYNAMIC in by_type:
         s = sections[by_type[SHT_DYNAMIC]]
         name = strtab(s[6])
@@ -117,7 +119,11 @@ def read_elf(data: bytes) -> dict:
         versym = sections[by_type[SHT_VERSYM]] if SHT_VERSYM in by_type else None
         for i in range(1, s[5] // 24):
             st_name, st_info, _, st_shndx = struct.unpack_from("<IBBH", data, s[4] + i * 24)
-            if st_shndx != 0 or not st_name:
+            if not st_name:
+                continue
+            if st_shndx != 0:
+                if st_info >> 4 in (1, 2):  # STB_GLOBAL, STB_WEAK
+                    out["exported"].append(name(st_name))
                 continue
             ver = struct.unpack_from("<H", data, versym[4] + 2 * i)[0] & 0x7FFF if versym else 0
             out["undefined"].append((name(st_name), versions.get(ver) if ver > 1 else None, st_info >> 4 == 2))
@@ -155,6 +161,10 @@ def problems(elf: dict, glibc: str | None = DEFAULT_GLIBC) -> list:
             out.append(f"needs GLIBC_PRIVATE ({syms})")
         elif ver.startswith("GCC_") and _version_tuple(ver) > GCC_MAX:
             out.append(f"needs {ver} ({syms}) > GCC_7.0.0 (libgcc_s of manylinux_2_28)")
+    extra = sorted(n for n in elf.get("exported", []) if not n.startswith("PyInit_"))
+    if extra:
+        out.append(f"exports {len(extra)} symbols besides PyInit_ ({', '.join(extra[:4])}, ...): "
+                   "its static libstdc++ and std:: template code must stay its own (module_exports.map)")
     loose = sorted(n for n, ver, weak in elf["undefined"]
                    if ver is None and not weak and not n.startswith(("Py", "_Py")))
     if loose:

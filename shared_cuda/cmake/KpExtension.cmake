@@ -14,7 +14,8 @@
 # stub libraries made by `python tools/manylinux.py stubs DIR` (glibc 2.28 by default). The module
 # then links against them instead of the build machine's glibc, so it needs the glibc symbol
 # versions a build on glibc 2.28 would need; it links libstdc++ statically, with the symbols of every
-# static library it takes in hidden; and it gets glibc_compat.cpp. `tools/manylinux.py repair`
+# static library it takes in hidden, exports nothing but PyInit_<name> (module_exports.map), and
+# gets glibc_compat.cpp. `tools/manylinux.py repair`
 # checks and tags the wheel. docs/release.md, "manylinux wheels", says why and how.
 include_guard(GLOBAL)
 
@@ -141,6 +142,9 @@ function(kp_manylinux_link target)
   # -L first: -lc, -lpthread, -ldl, -lrt, -lm find the stubs' linker scripts before the system's.
   # libgcc stays shared (libgcc_s.so.1, which manylinux allows): gcc 12's static unwinder
   # (libgcc_eh.a) calls glibc 2.35's _dl_find_object.
+  # module_exports.map: PyInit_<name> is the only symbol the module exports.
   target_sources(${target} PRIVATE "${KP_SHARED_CUDA_DIR}/cmake/glibc_compat.cpp")
-  target_link_options(${target} PRIVATE "-L${stubs}" -static-libstdc++ "LINKER:--exclude-libs,ALL")
+  target_link_options(${target} PRIVATE "-L${stubs}" -static-libstdc++ "LINKER:--exclude-libs,ALL"
+                      "LINKER:--version-script=${KP_SHARED_CUDA_DIR}/cmake/module_exports.map")
+  set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS "${KP_SHARED_CUDA_DIR}/cmake/module_exports.map")
 endfunction()

@@ -20,9 +20,10 @@ sys.path.insert(0, str(ROOT / "tools"))
 import manylinux  # noqa: E402
 
 
-def _elf(needed=("libc.so.6",), undefined=(), verneed=None):
+def _elf(needed=("libc.so.6",), undefined=(), verneed=None, exported=("PyInit__C",)):
     verneed = verneed if verneed is not None else {"libc.so.6": sorted({v for _, v, _ in undefined if v})}
-    return {"needed": list(needed), "soname": None, "undefined": list(undefined), "verneed": verneed, "verdef": []}
+    return {"needed": list(needed), "soname": None, "undefined": list(undefined), "exported": list(exported),
+            "verneed": verneed, "verdef": []}
 
 
 def test_a_clean_module_passes():
@@ -37,13 +38,15 @@ def test_what_keeps_a_module_from_manylinux_2_28():
     elf = _elf(needed=["libstdc++.so.6", "libc.so.6", "libtorch.so"],
                undefined=[("dlopen", "GLIBC_2.34", False), ("_ZSt9terminatev", "GLIBCXX_3.4", False),
                           ("arc4random", None, False), ("PyErr_Occurred", None, False)],
-               verneed={"libc.so.6": ["GLIBC_2.34"], "libstdc++.so.6": ["GLIBCXX_3.4"]})
+               verneed={"libc.so.6": ["GLIBC_2.34"], "libstdc++.so.6": ["GLIBCXX_3.4"]},
+               exported=["PyInit__C", "_ZNSt7__cxx119to_stringEl"])
     text = "\n".join(manylinux.problems(elf))
     assert "links libtorch.so" in text
     assert "links libstdc++.so.6, not a manylinux_2_28 system library" in text
     assert "needs GLIBC_2.34 > GLIBC_2.28 (dlopen)" in text
     assert "GLIBCXX_3.4: libstdc++ linked dynamically" in text
     assert "undefined without a version" in text and "arc4random" in text and "PyErr" not in text
+    assert "exports 1 symbols besides PyInit_ (_ZNSt7__cxx119to_stringEl" in text
     # A plain (linux_x86_64) wheel is only held to the no-torch rule.
     assert manylinux.problems(elf, glibc=None) == ["links libtorch.so (kp modules must not: torch is found "
                                                    "through Python, CUDA runtime static)"]
@@ -78,6 +81,7 @@ def test_the_elf_reader_on_a_real_module():
     elf = manylinux.read_elf(path.read_bytes())
     names = {n for n, _, _ in elf["undefined"]}
     assert any(n.startswith("Py") for n in names), "an extension module calls the Python C API"
+    assert any(n.startswith("PyInit_") for n in elf["exported"])
     versions = {v for _, v, _ in elf["undefined"] if v}
     assert versions <= {v for vs in elf["verneed"].values() for v in vs}
     if any(lib.startswith("libc.so") for lib in elf["needed"]):
