@@ -15,8 +15,8 @@
 # then links against them instead of the build machine's glibc, so it needs the glibc symbol
 # versions a build on glibc 2.28 would need; it links libstdc++ statically, with the symbols of every
 # static library it takes in hidden, exports nothing but PyInit_<name> (module_exports.map), and
-# gets glibc_compat.cpp. `tools/manylinux.py repair`
-# checks and tags the wheel. docs/release.md, "manylinux wheels", says why and how.
+# gets glibc_compat.cpp. `tools/manylinux.py repair` checks and tags the wheel. docs/release.md,
+# "manylinux wheels", says why and how.
 include_guard(GLOBAL)
 
 get_filename_component(KP_SHARED_CUDA_DIR "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
