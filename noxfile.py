@@ -19,10 +19,16 @@ dist/<variant>/, the variant named from the toolkit's nvcc release (13.0 -> cu13
 CUDA_HOME naming a 12.x toolkit) and "pypi-13.Y" (NVIDIA's CUDA 13.Y wheels from PyPI, installed
 once into .nox/build/cuda/: no system toolkit needed), e.g. KP_CUDA=pypi-13.0,pypi-13.5.
 tools/cuda_toolkit.py has the rules, docs/install.md the drivers each variant needs.
+
+`KP_MANYLINUX=2_28` makes `nox -s build` build manylinux_2_28 wheels on any Linux: the native
+modules link against glibc 2.28 stub libraries and a static, hidden libstdc++, and the wheels are
+checked and tagged (tools/manylinux.py; docs/release.md, "manylinux wheels").
 """
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -34,6 +40,7 @@ import cuda_toolkit  # noqa: E402
 PACKAGES = [l.strip() for l in (ROOT / "packages.txt").read_text().splitlines() if l.strip() and not l.startswith("#")]
 PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 TORCH = os.environ.get("KP_TORCH", "2.13.0").split(",")
+ZIGLANG = "ziglang==0.17.1"  # KP_MANYLINUX's glibc stubs (tools/manylinux.py checks what it makes)
 
 nox.options.sessions = ["test-3.11"]
 nox.options.reuse_existing_virtualenvs = True
@@ -88,14 +95,32 @@ def _cuda_toolkit(session: nox.Session, variant: str) -> tuple[str, dict, list]:
     return cuda_toolkit.variant_name(nvcc, os.environ), env, [f"-Ccmake.define.CMAKE_CUDA_COMPILER={nvcc}"]
 
 
+def _glibc_stubs(session: nox.Session) -> tuple[str, str] | None:
+    """KP_MANYLINUX=2_28: (folder, "2.28") of the glibc 2.28 stub libraries the modules link
+    against, made once into .nox/build/glibc-2.28/ with zig from PyPI (tools/manylinux.py); None
+    without KP_MANYLINUX."""
+    tag = os.environ.get("KP_MANYLINUX", "").strip()
+    if not tag:
+        return None
+    if not re.fullmatch(r"2_\d+", tag):
+        session.error(f"KP_MANYLINUX={tag}: want a glibc version as in the tag, e.g. 2_28")
+    glibc = tag.replace("_", ".")
+    session.install(ZIGLANG, "auditwheel")
+    stubs = Path(session.virtualenv.location) / f"glibc-{glibc}"
+    session.run("python", str(ROOT / "tools" / "manylinux.py"), "stubs", str(stubs), "--glibc", glibc)
+    return str(stubs), glibc
+
+
 @nox.session
 def build(session: nox.Session) -> None:
-    """Wheels of every package into dist/<variant>/ for each toolkit of KP_CUDA (and sdists with `-- --sdist`)."""
+    """Wheels of every package into dist/<variant>/ for each toolkit of KP_CUDA (and sdists with
+    `-- --sdist`); manylinux wheels with KP_MANYLINUX=2_28."""
     try:
         variants = cuda_toolkit.parse(os.environ.get("KP_CUDA"))
     except ValueError as e:
         session.error(str(e))
     session.install("build", "scikit-build-core>=0.11", "pybind11>=2.12", "cmake>=3.26", "ninja")
+    manylinux = _glibc_stubs(session)
     kinds = ["--sdist", "--wheel"] if "--sdist" in session.posargs else ["--wheel"]
     for variant in variants:
         try:
@@ -104,8 +129,22 @@ def build(session: nox.Session) -> None:
             session.error(str(e))
         out = ROOT / "dist" / name
         session.log(f"KP_CUDA {variant}: {env.get('CUDACXX', 'no nvcc: no CUDA level')} -> {out}")
+        # manylinux: build into out/.linux/, then check and retag the wheels into out/.
+        raw = out / ".linux" if manylinux else out
+        if manylinux:
+            shutil.rmtree(raw, ignore_errors=True)
+            env["KP_GLIBC_STUBS"] = manylinux[0]
         for pkg in PACKAGES:
-            session.run("python", "-m", "build", "--no-isolation", *kinds, *args, "-o", str(out), str(ROOT / "packages" / pkg), env=env)
+            session.run("python", "-m", "build", "--no-isolation", *kinds, *args, "-o", str(raw), str(ROOT / "packages" / pkg), env=env)
+        if manylinux:
+            glibc = manylinux[1]
+            wheels = sorted(str(w) for w in raw.glob("*.whl"))
+            session.run("python", str(ROOT / "tools" / "manylinux.py"), "repair", "--glibc", glibc, "-w", str(out), *wheels)
+            for sdist in raw.glob("*.tar.gz"):
+                shutil.copyfile(sdist, out / sdist.name)
+            shutil.rmtree(raw)
+            for w in sorted(out.glob("*manylinux*.whl")):
+                session.run("python", "-m", "auditwheel", "show", str(w))
 
 
 @nox.session

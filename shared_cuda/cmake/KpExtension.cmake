@@ -9,6 +9,14 @@
 # ';' or ',' separated list. An entry "80" or "90a" means machine code (SASS) for that SM; an entry
 # "90-virtual" means PTX for compute_90, which the driver JIT-compiles for newer GPUs. Default:
 # "80;86;89;90a;90-virtual". CI and local builds narrow it, e.g. KP_CUDA_ARCHS=90a (one arch, no PTX).
+#
+# manylinux: KP_GLIBC_STUBS (environment variable, else CMake cache variable) names a folder of glibc
+# stub libraries made by `python tools/manylinux.py stubs DIR` (glibc 2.28 by default). The module
+# then links against them instead of the build machine's glibc, so it needs the glibc symbol
+# versions a build on glibc 2.28 would need; it links libstdc++ statically, with the symbols of every
+# static library it takes in hidden, exports nothing but PyInit_<name> (module_exports.map), and
+# gets glibc_compat.cpp. `tools/manylinux.py repair` checks and tags the wheel. docs/release.md,
+# "manylinux wheels", says why and how.
 include_guard(GLOBAL)
 
 get_filename_component(KP_SHARED_CUDA_DIR "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
@@ -108,5 +116,35 @@ function(kp_add_extension target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-O3 -lineinfo --expt-relaxed-constexpr>
     $<$<COMPILE_LANGUAGE:CXX>:-O3>)
+  kp_manylinux_link(${target})
   install(TARGETS ${target} LIBRARY DESTINATION "${ARG_INSTALL_DIR}")
+endfunction()
+
+# The manylinux link of a module (KP_GLIBC_STUBS, see the top of this file); nothing without it.
+function(kp_manylinux_link target)
+  if(DEFINED ENV{KP_GLIBC_STUBS} AND NOT "$ENV{KP_GLIBC_STUBS}" STREQUAL "")
+    set(stubs "$ENV{KP_GLIBC_STUBS}")
+  elseif(KP_GLIBC_STUBS)
+    set(stubs "${KP_GLIBC_STUBS}")
+  else()
+    return()
+  endif()
+  get_filename_component(stubs "${stubs}" ABSOLUTE)
+  if(NOT EXISTS "${stubs}/libc.so" OR NOT EXISTS "${stubs}/GLIBC_VERSION")
+    message(FATAL_ERROR "KP_GLIBC_STUBS=${stubs}: no glibc stubs there; make them with "
+                        "`python tools/manylinux.py stubs ${stubs}` (needs `pip install ziglang`)")
+  endif()
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "^(GNU|Clang)$")
+    message(FATAL_ERROR "KP_GLIBC_STUBS: the manylinux link needs gcc or clang (not ${CMAKE_CXX_COMPILER_ID})")
+  endif()
+  file(STRINGS "${stubs}/GLIBC_VERSION" glibc LIMIT_COUNT 1)
+  message(STATUS "kp: ${target} links against the glibc stubs in ${stubs} (${glibc}), libstdc++ static")
+  # -L first: -lc, -lpthread, -ldl, -lrt, -lm find the stubs' linker scripts before the system's.
+  # libgcc stays shared (libgcc_s.so.1, which manylinux allows): gcc 12's static unwinder
+  # (libgcc_eh.a) calls glibc 2.35's _dl_find_object.
+  # module_exports.map: PyInit_<name> is the only symbol the module exports.
+  target_sources(${target} PRIVATE "${KP_SHARED_CUDA_DIR}/cmake/glibc_compat.cpp")
+  target_link_options(${target} PRIVATE "-L${stubs}" -static-libstdc++ "LINKER:--exclude-libs,ALL"
+                      "LINKER:--version-script=${KP_SHARED_CUDA_DIR}/cmake/module_exports.map")
+  set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS "${KP_SHARED_CUDA_DIR}/cmake/module_exports.map")
 endfunction()
