@@ -1,6 +1,7 @@
 """kp's build, test and benchmark sessions.
 
-  nox -s build          wheels of every package into dist/<variant>/ (cu130 ...: KP_CUDA below)
+  nox -s build          manylinux wheels of every package for CPython 3.10-3.13 into dist/<variant>/
+                        (cu130 ...: KP_CUDA below; `build-3.12` for one Python)
   nox -s test-3.11      install the packages into a fresh venv and run their tests (3.10-3.13)
   nox -s bench          every package's benchmarks (on a CPU machine: a small CPU run, exit 0)
   nox -s release-check  every package changed since its last release tag has a new version (CI)
@@ -20,9 +21,10 @@ CUDA_HOME naming a 12.x toolkit) and "pypi-13.Y" (NVIDIA's CUDA 13.Y wheels from
 once into .nox/build/cuda/: no system toolkit needed), e.g. KP_CUDA=pypi-13.0,pypi-13.5.
 tools/cuda_toolkit.py has the rules, docs/install.md the drivers each variant needs.
 
-`KP_MANYLINUX=2_28` makes `nox -s build` build manylinux_2_28 wheels on any Linux: the native
-modules link against glibc 2.28 stub libraries and a static, hidden libstdc++, and the wheels are
-checked and tagged (tools/manylinux.py; docs/release.md, "manylinux wheels").
+`nox -s build` makes manylinux_2_28 wheels on any Linux (`KP_MANYLINUX`, default 2_28; `off` for
+plain linux_x86_64 wheels): the native modules link against glibc 2.28 stub libraries and a static,
+hidden libstdc++, and the wheels are checked and tagged (tools/manylinux.py; docs/release.md,
+"manylinux wheels").
 """
 from __future__ import annotations
 
@@ -96,11 +98,11 @@ def _cuda_toolkit(session: nox.Session, variant: str) -> tuple[str, dict, list]:
 
 
 def _glibc_stubs(session: nox.Session) -> tuple[str, str] | None:
-    """KP_MANYLINUX=2_28: (folder, "2.28") of the glibc 2.28 stub libraries the modules link
-    against, made once into .nox/build/glibc-2.28/ with zig from PyPI (tools/manylinux.py); None
-    without KP_MANYLINUX."""
-    tag = os.environ.get("KP_MANYLINUX", "").strip()
-    if not tag:
+    """KP_MANYLINUX (default 2_28): (folder, "2.28") of the glibc 2.28 stub libraries the modules
+    link against, made once into the session's glibc-2.28/ with zig from PyPI (tools/manylinux.py);
+    None with KP_MANYLINUX=off."""
+    tag = os.environ.get("KP_MANYLINUX", "2_28").strip()
+    if tag.lower() in ("", "off", "none", "0"):
         return None
     if not re.fullmatch(r"2_\d+", tag):
         session.error(f"KP_MANYLINUX={tag}: want a glibc version as in the tag, e.g. 2_28")
@@ -111,10 +113,10 @@ def _glibc_stubs(session: nox.Session) -> tuple[str, str] | None:
     return str(stubs), glibc
 
 
-@nox.session
+@nox.session(python=PYTHONS)
 def build(session: nox.Session) -> None:
     """Wheels of every package into dist/<variant>/ for each toolkit of KP_CUDA (and sdists with
-    `-- --sdist`); manylinux wheels with KP_MANYLINUX=2_28."""
+    `-- --sdist`), manylinux_2_28 unless KP_MANYLINUX=off; one session a Python (build-3.12)."""
     try:
         variants = cuda_toolkit.parse(os.environ.get("KP_CUDA"))
     except ValueError as e:
