@@ -115,15 +115,16 @@ def _glibc_stubs(session: nox.Session) -> tuple[str, str] | None:
 
 @nox.session(python=PYTHONS)
 def build(session: nox.Session) -> None:
-    """Wheels of every package into dist/<variant>/ for each toolkit of KP_CUDA (and sdists with
-    `-- --sdist`), manylinux_2_28 unless KP_MANYLINUX=off; one session a Python (build-3.12)."""
+    """Wheels and sdists of every package into dist/<variant>/ for each toolkit of KP_CUDA
+    (`-- --no-sdist`: wheels only), manylinux_2_28 unless KP_MANYLINUX=off; one session a Python
+    (build-3.12)."""
     try:
         variants = cuda_toolkit.parse(os.environ.get("KP_CUDA"))
     except ValueError as e:
         session.error(str(e))
     session.install("build", "scikit-build-core>=0.11", "pybind11>=2.12", "cmake>=3.26", "ninja")
     manylinux = _glibc_stubs(session)
-    kinds = ["--sdist", "--wheel"] if "--sdist" in session.posargs else ["--wheel"]
+    kinds = ["--wheel"] if "--no-sdist" in session.posargs else ["--sdist", "--wheel"]
     for variant in variants:
         try:
             name, env, args = _cuda_toolkit(session, variant)

@@ -1,6 +1,7 @@
-// py_ptr / py_stream: pointers and streams as Python ints. The four functions every kp_<pkg>._C
+// py_ptr / py_stream: pointers and streams as Python ints. The five functions every kp_<pkg>._C
 // module exports (docs/architecture.md, "The native boundary"):
 //   compiled_archs() -> list[int]   SM versions with machine code in the binary
+//   compiled_arch_names() -> list[str]  the same as compiled: "90a" for sm_90a
 //   ptx_archs() -> list[int]        virtual archs embedded as PTX (JIT-compiled for newer GPUs)
 //   cuda_runtime_version() -> int   CUDART_VERSION at build time (cudart is linked statically)
 //   check_device(device) -> str     "" when the kernels can run there, else the reason
@@ -22,6 +23,9 @@
 #ifndef KP_SASS_ARCHS  // a module built without kp_add_extension(): no list
 #define KP_SASS_ARCHS
 #endif
+#ifndef KP_SASS_ARCH_NAMES
+#define KP_SASS_ARCH_NAMES ""
+#endif
 #ifndef KP_PTX_ARCHS
 #define KP_PTX_ARCHS
 #endif
@@ -38,6 +42,21 @@ inline cudaStream_t py_stream(uintptr_t s) { return reinterpret_cast<cudaStream_
 
 inline std::vector<int> compiled_archs() { return std::vector<int>{KP_SASS_ARCHS}; }
 inline std::vector<int> ptx_archs() { return std::vector<int>{KP_PTX_ARCHS}; }
+// The machine-code archs as compiled ("90a": sm_90a, with the arch-specific features wgmma/setmaxnreg).
+inline std::vector<std::string> compiled_arch_names() {
+  std::vector<std::string> out;
+  std::string cur;
+  for (const char* c = KP_SASS_ARCH_NAMES;; ++c) {
+    if (*c == ' ' || *c == '\0') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+      if (*c == '\0') break;
+    } else {
+      cur += *c;
+    }
+  }
+  return out;
+}
 
 inline std::string arch_list() {
   std::string s = "SASS for";
@@ -100,6 +119,7 @@ inline void add_common(pybind11::module_& m, const void* probe) {
   namespace py = pybind11;
   m.def("compiled_archs", &compiled_archs, "SM versions with machine code in this binary");
   m.def("ptx_archs", &ptx_archs, "virtual architectures embedded as PTX");
+  m.def("compiled_arch_names", &compiled_arch_names, "machine-code archs as compiled: '90a' for sm_90a");
   m.def("cuda_runtime_version", [] { return static_cast<int>(CUDART_VERSION); },
         "CUDART_VERSION this module was built with (cudart is linked statically)");
   m.def("check_device", [probe](int device) { return check_device(device, probe); }, py::arg("device"),

@@ -68,7 +68,8 @@ def load(package: str) -> NativeStatus:
     return NativeStatus(
         package,
         mod,
-        archs=list(mod.compiled_archs()),
+        # "90a" where the module says how it was compiled (kp-core 0.3.2+ modules), else numbers.
+        archs=list(mod.compiled_arch_names()) if hasattr(mod, "compiled_arch_names") else list(mod.compiled_archs()),
         ptx=list(mod.ptx_archs()),
         cuda_runtime=int(mod.cuda_runtime_version()),
     )
