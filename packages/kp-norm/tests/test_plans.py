@@ -45,6 +45,8 @@ CASES = [
     ("layer", "bf16-weight", F16, (3, 2048)),  # bf16 weights of fp16 x: widened to fp32 once
     ("rms", "fp32-weight", BF16, (37, 1024)),  # fp32 weights in the backward's warp teams and CTA rings
     ("layer", "fp32-weight", F16, (3, 8192)),
+    ("rms", "fp32-weight", BF16, (3, 16384)),  # direct; direct.cluster with fwd_w32split=8192
+    ("layer", "fp32-weight", F16, (5, 12000)),
     ("rms", "plain", BF16, (3, 1027)),  # direct.scalar (odd width)
     ("layer", "residual", BF16, (6, 1027)),  # direct.scalar with a residual (one kernel, run-time variants)
     ("layer", "residual-fp32", F16, (5, 3000)),  # direct.scalar: fp32 residual and weights, strided rows
