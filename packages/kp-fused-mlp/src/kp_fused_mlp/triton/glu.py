@@ -1,11 +1,10 @@
 """The Triton level: one program per (row, block of columns), fp32 math, one rounding on store."""
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
+from kp_core.registry import on_device_of
 
 BLOCK = 1024  # columns a program: 4 KB of bf16 per operand and row
 
@@ -34,13 +33,6 @@ def _swiglu_bwd_kernel(DY, G, U, DG, DU, cols, stride_dy, stride_g, stride_u, BL
     tl.store(DU + row * cols + c, (d * g * s).to(DU.dtype.element_ty), mask=mask)
 
 
-def _on_device_of(t: torch.Tensor):
-    # Triton launches on torch's current device: switch to the tensor's when it lives elsewhere.
-    if t.is_cuda and t.device.index != torch.cuda.current_device():
-        return torch.cuda.device(t.device)
-    return contextlib.nullcontext()
-
-
 def _grid(rows: int, cols: int):
     return (rows, triton.cdiv(cols, BLOCK))
 
@@ -49,7 +41,7 @@ def swiglu_fwd(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     rows, cols = gate.shape
     y = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)
     if rows and cols:
-        with _on_device_of(gate):
+        with on_device_of(gate):
             _swiglu_fwd_kernel[_grid(rows, cols)](gate, up, y, cols, gate.stride(0), up.stride(0), BLOCK=BLOCK)
     return y
 
@@ -59,7 +51,7 @@ def swiglu_bwd(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor):
     dgate = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)
     dup = torch.empty((rows, cols), dtype=up.dtype, device=up.device)
     if rows and cols:
-        with _on_device_of(gate):
+        with on_device_of(gate):
             _swiglu_bwd_kernel[_grid(rows, cols)](
                 dy, gate, up, dgate, dup, cols, dy.stride(0), gate.stride(0), up.stride(0), BLOCK=BLOCK
             )
