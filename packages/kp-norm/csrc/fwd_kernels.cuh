@@ -695,7 +695,7 @@ __device__ __forceinline__ void direct_body(const FwdParams& p, float (*red)[32]
 
 
 template <typename T, typename W, int E, bool VECTOR, bool RES, bool RMS, int FT, int POL, int CAP>
-__global__ void __launch_bounds__((kDirectBoundThreads<FT, CAP>), (kDirectBoundBlocks<FT, CAP, T, W, RES>))
+__global__ void __launch_bounds__((kDirectBoundThreads<FT, CAP>), (kDirectBoundBlocks<FT, CAP, T, W, RES, RMS>))
     fwd_direct_kernel(const FwdParams p) {
   __shared__ __align__(16) float red[2][32];  // float2 views in team_mean_m2
   __shared__ kp::ClusterExchange cx;

@@ -14,8 +14,10 @@ enum WMode { kWL2 = 0, kWSmem = 1, kWReg = 2 };
 
 // Two 512-thread CTAs an SM need <= 64 registers a thread: the 16-bit kernels without a residual
 // fit that without spilling, so they are held to it; the others would spill and keep 1 CTA an SM.
-template <typename T, typename W, bool RES>
-constexpr int kDirectMinBlocks = sizeof(T) == 2 && sizeof(W) == 2 && !RES ? 2 : 1;
+// RMSNorm with fp32 weights of a 16-bit x fits too (ptxas, sm_90a, E = 32: 72 registers unbounded,
+// 64 without a spill when held); LayerNorm's bias would spill (64 + 224 bytes).
+template <typename T, typename W, bool RES, bool RMS>
+constexpr int kDirectMinBlocks = sizeof(T) == 2 && (sizeof(W) == 2 || RMS) && !RES ? 2 : 1;
 
 // CAP > 0 (the CTA-team twins, FT > 32): at most CAP registers a thread, so that 64K / (FT x CAP)
 // CTAs fit an SM (see kTwinCap). FT = 1024 needs one (no default bound admits 1024 threads).
@@ -28,9 +30,9 @@ constexpr int kMaxThreadsPerSm = 1536;
 #else
 constexpr int kMaxThreadsPerSm = 2048;
 #endif
-template <int FT, int CAP, typename T, typename W, bool RES>
+template <int FT, int CAP, typename T, typename W, bool RES, bool RMS>
 constexpr int kDirectBoundBlocks = CAP && FT > 32 ? std::min(65536 / (FT * CAP), std::max(1, kMaxThreadsPerSm / FT))
-                                                   : kDirectMinBlocks<T, W, RES>;
+                                                   : kDirectMinBlocks<T, W, RES, RMS>;
 
 // A kernel's address, from the translation unit that instantiates it (nvcc gives kernels internal
 // linkage without relocatable device code, so the plan cannot name them across translation units).
