@@ -287,8 +287,9 @@ FwdPlan plan_direct(int64_t cols, bool vector, bool res, bool w_f32, bool rms, i
                                : knob(Knob::FwdLne16twinmax, kFwd.ln_e16_twin_max.at(fast));
   const bool e16_twin = twin_shape && cols <= e16_twin_max && knob(Knob::FwdDft, 1);
   const bool e16 = sizeof(T) == 2 && !w_f32 && !res;  // the E = 16 kernels (plan_table.h, kernel sets)
-  // fp32 weights of a 16-bit x past kFwd.w32_split_above: CTAs of kFwd.w32_cta_cols (plan_table.h).
-  const int w32_split = knob(Knob::FwdW32split, kFwd.w32_split_above.at(fast));
+  // LayerNorm, fp32 weights of a 16-bit x past kFwd.ln_w32_split_above: CTAs of kFwd.w32_cta_cols
+  // (plan_table.h). The override applies to RMSNorm too (sweeps).
+  const int w32_split = knob(Knob::FwdW32split, rms ? 0 : kFwd.ln_w32_split_above.at(fast));
   if (sizeof(T) == 2 && w_f32 && vector && dev.major >= 9 && w32_split > 0 && cols > w32_split)
     max_cta_cols = std::min<int64_t>(max_cta_cols, kFwd.w32_cta_cols);
   const int e_row = e16 && cols > 512 && (cols <= e16_max || e16_twin) ? 16 : 32;

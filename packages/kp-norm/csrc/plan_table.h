@@ -19,8 +19,8 @@
 //   ring.wreg        ring kernel (the row in smem), weights in registers: no residual, 2+ stages fit
 //   ring.wsmem       ring kernel, weights staged once in smem (weights + 2 stages within 200 KB)
 //   ring.wl2         ring kernel, weights from L2 every row
-//   direct.cluster   (overrides only: fwd_w32split, fwd_dcpc, or fwd_directmax past 16384) the direct
-//                    kernel over a cluster
+//   direct.cluster   the direct kernel over a cluster: LayerNorm with fp32 weights at 8K-16K on the
+//                    fast class; else only through overrides (fwd_dcpc, fwd_directmax past 16384)
 //   direct.scalar    rows that are not 16-byte aligned or whose width is not a multiple of 8 (4)
 //   multipass        wider than any row above holds here (or no clusters): the row streamed twice
 // Backward rows:
@@ -78,15 +78,15 @@ struct FwdTable {
   // Not measured on the fast class: off there until it is.
   ByGpu wide_direct_max;
   int wide_direct_cta_cols;
-  // fp32 weights of a 16-bit x, rows wider than w32_split_above (and up to direct_max): the
-  // direct kernel over a cluster of w32_cta_cols-column CTAs (row `direct.cluster`). Its one
-  // 512-thread CTA a row holds one CTA an SM (fp32 weights take the registers of a second);
-  // 128-thread CTAs fit several. H200 (2026-11-25, one run, % of copy, one CTA -> cluster of
-  // 4096-column CTAs): RMSNorm 12K 79.8 -> 82.7, 16K 58.4 -> 81.5; LayerNorm 12K 38.2 -> 47.2,
-  // 16K 44.4 -> 46.2; at 8K LayerNorm lost (55.6 -> 51.4), so only above it. Off (0) on both
-  // classes until an interleaved A/B and the plan tests have run with it on (session 17 had no
-  // device time left): `plan_override(fwd_w32split=8192)` turns it on. Needs clusters (sm90).
-  ByGpu w32_split_above;
+  // LayerNorm with fp32 weights of a 16-bit x, rows wider than ln_w32_split_above (and up to
+  // direct_max): the direct kernel over a cluster of w32_cta_cols-column CTAs (row
+  // `direct.cluster`). LayerNorm's one 512-thread CTA a row holds one CTA an SM (its fp32 weight and
+  // bias take the registers of a second); 128-thread CTAs fit several. H200, % of copy, one CTA ->
+  // cluster of 4096-column CTAs, two runs (2026-11-25): 12K 38.2 -> 47.3 / 47.1, 16K 44.4 -> 46.3 /
+  // 46.2; at 8K it lost (55.6 -> 51.4), so only above it. Not RMSNorm: held to 64 registers it fits
+  // 2 CTAs an SM (16K 58.3 -> 88.2) and the cluster lost there (88.4 -> 83.8). Not measured on the
+  // slow class (H100): off there. `plan_override(fwd_w32split=N)` sets it (0: off). Needs clusters.
+  ByGpu ln_w32_split_above;
   int w32_cta_cols;
   // ring.wreg.rows: H100 RMSNorm 128K / 256K 90.7 / 91.8 -> 92.5 / 93.5, LayerNorm 89.5 / 90.2 ->
   // 92.1 / 92.9 (session 14); at 32K / 64K it lost 0.3-2 points. Not measured on the fast class.
@@ -106,7 +106,7 @@ constexpr FwdTable kFwd = {
     /*ln_e16_twin_max*/ {8192, 0},
     /*wide_direct_max*/ {16 * 8192, 0},
     /*wide_direct_cta_cols*/ 8192,
-    /*w32_split_above, w32_cta_cols*/ {0, 0}, 4096,
+    /*ln_w32_split_above, w32_cta_cols*/ {0, 8192}, 4096,
     /*ring_rows_min*/ {131072, 0},
     /*ring_threads, ring_stages*/ 512, 4,
     /*ring_rows_threads, ring_rows_stages*/ 256, 2,

@@ -46,7 +46,8 @@ CASES = [
     ("rms", "fp32-weight", BF16, (37, 1024)),  # fp32 weights in the backward's warp teams and CTA rings
     ("layer", "fp32-weight", F16, (3, 8192)),
     ("rms", "fp32-weight", BF16, (3, 16384)),  # direct; direct.cluster with fwd_w32split=8192
-    ("layer", "fp32-weight", F16, (5, 12000)),
+    ("layer", "fp32-weight", F16, (5, 12000)),  # direct.cluster on the fast class (H200)
+    ("layer", "fp32-weight", BF16, (3, 16384)),  # direct.cluster on the fast class (H200)
     ("rms", "plain", BF16, (3, 1027)),  # direct.scalar (odd width)
     ("layer", "residual", BF16, (6, 1027)),  # direct.scalar with a residual (one kernel, run-time variants)
     ("layer", "residual-fp32", F16, (5, 3000)),  # direct.scalar: fp32 residual and weights, strided rows
