@@ -44,6 +44,16 @@ PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 TORCH = os.environ.get("KP_TORCH", "2.13.0").split(",")
 ZIGLANG = "ziglang==0.17.1"  # KP_MANYLINUX's glibc stubs (tools/manylinux.py checks what it makes)
 
+# Build requirements beyond the tools every package needs, pinned in the packages' own
+# pyproject.toml (kp-fused-mlp: the CUTLASS headers of nvidia-cutlass), for the builds without
+# isolation below. --no-deps: only the headers are used; the wheel's Python dependencies
+# (cuda-python, scipy, ...) are for NVIDIA's Python GEMM generator, which kp does not run.
+EXTRA_BUILD_REQUIRES = sorted({
+    m.group(1)
+    for p in PACKAGES
+    for m in re.finditer(r'"(nvidia-cutlass==[^"]+)"', (ROOT / "packages" / p / "pyproject.toml").read_text())
+})
+
 nox.options.sessions = ["test-3.11"]
 nox.options.reuse_existing_virtualenvs = True
 
@@ -58,6 +68,8 @@ def _install_torch(session: nox.Session, torch_version: str) -> None:
 def _install_kp(session: nox.Session) -> None:
     """Build and install every package from source, the way a user's `pip install` would."""
     session.install("scikit-build-core>=0.11", "pybind11>=2.12", "cmake>=3.26", "ninja")
+    if EXTRA_BUILD_REQUIRES:
+        session.install("--no-deps", *EXTRA_BUILD_REQUIRES)
     # No build isolation: the packages build against the tools just installed, offline-friendly.
     session.install("--no-build-isolation", "--no-deps", *[str(ROOT / "packages" / p) for p in PACKAGES])
 
@@ -123,6 +135,8 @@ def build(session: nox.Session) -> None:
     except ValueError as e:
         session.error(str(e))
     session.install("build", "scikit-build-core>=0.11", "pybind11>=2.12", "cmake>=3.26", "ninja")
+    if EXTRA_BUILD_REQUIRES:
+        session.install("--no-deps", *EXTRA_BUILD_REQUIRES)
     manylinux = _glibc_stubs(session)
     kinds = ["--wheel"] if "--no-sdist" in session.posargs else ["--sdist", "--wheel"]
     for variant in variants:
