@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kp/py_module.h"
+#include "linear_act.cuh"
 #include "swiglu.cuh"
 
 namespace py = pybind11;
@@ -14,7 +15,7 @@ using kp::py_ptr;
 using kp::py_stream;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "kp-fused-mlp native CUDA kernels (SwiGLU)";
+  m.doc() = "kp-fused-mlp native CUDA kernels (SwiGLU; linear + bias + activation on an sm90a GEMM)";
   kp::add_common(m, kp_fused_mlp::probe_kernel());
 
   m.def(
@@ -38,4 +39,23 @@ PYBIND11_MODULE(_C, m) {
       py::arg("dy"), py::arg("dy_stride"), py::arg("gate"), py::arg("gate_stride"), py::arg("up"),
       py::arg("up_stride"), py::arg("dgate"), py::arg("dup"), py::arg("rows"), py::arg("cols"), py::arg("dtype"),
       py::arg("device"), py::arg("stream"), "dgate, dup of y = silu(gate) * up; outputs contiguous");
+
+  m.def(
+      "linear_act",
+      [](uintptr_t x, int64_t x_stride, uintptr_t w, int64_t w_stride, uintptr_t bias, uintptr_t y, int64_t m_,
+         int64_t n, int64_t k, int dtype, int act, int config, int device, uintptr_t stream) {
+        kp_fused_mlp::LinearActArgs a{py_ptr(x), x_stride, py_ptr(w), w_stride, py_ptr(bias), py_ptr<void*>(y),
+                                      m_, n, k, dtype, act};
+        kp_fused_mlp::linear_act(a, config, device, py_stream(stream));
+      },
+      py::arg("x"), py::arg("x_stride"), py::arg("w"), py::arg("w_stride"), py::arg("bias"), py::arg("y"),
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"), py::arg("act"), py::arg("config"),
+      py::arg("device"), py::arg("stream"),
+      "y[m, n] = act(x[m, k] @ w[n, k]^T + bias[n]) (bias 0: none; act: kp::gemm::Act code; config: a GEMM "
+      "table row, -1: the table's pick); y contiguous");
+  m.def("gemm_configs", &kp_fused_mlp::gemm_config_names, "the rows of the GEMM table (csrc/gemm_table.h)");
+  m.def("gemm_plan", &kp_fused_mlp::gemm_plan, py::arg("m"), py::arg("n"), py::arg("k"),
+        "the GEMM table row a call of this shape gets");
+  m.def("gemm_device_problem", &kp_fused_mlp::gemm_device_problem, py::arg("device"),
+        "'' when the device can run linear_act's sm90a GEMM, else why not");
 }
