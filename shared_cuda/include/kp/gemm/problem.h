@@ -38,8 +38,8 @@ inline std::string tma_size_problem(int64_t n, int64_t k, int elem_bytes) {
   const int64_t mult = kTmaAlignBytes / elem_bytes;
   auto one = [&](const char* what, int64_t v) {
     return std::string(what) + "=" + std::to_string(v) + " is not a multiple of " + std::to_string(mult) +
-           ": TMA needs rows of a multiple of 16 bytes (" + std::to_string(mult) + " " + std::to_string(8 * elem_bytes) +
-           "-bit elements); pad it to " + std::to_string(pad_to(v, mult));
+           ": TMA needs rows of a multiple of 16 bytes (" + std::to_string(mult) + " " +
+           std::to_string(8 * elem_bytes) + "-bit elements); pad it to " + std::to_string(pad_to(v, mult));
   };
   if (k % mult) return one("in_features K", k);
   if (n % mult) return one("out_features N", n);
