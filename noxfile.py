@@ -46,8 +46,9 @@ ZIGLANG = "ziglang==0.17.1"  # KP_MANYLINUX's glibc stubs (tools/manylinux.py ch
 
 # Build requirements beyond the tools every package needs, pinned in the packages' own
 # pyproject.toml (kp-fused-mlp: the CUTLASS headers of nvidia-cutlass), for the builds without
-# isolation below. --no-deps: only the headers are used; the wheel's Python dependencies
-# (cuda-python, scipy, ...) are for NVIDIA's Python GEMM generator, which kp does not run.
+# isolation below. Only the headers are used: the test sessions install it --no-deps (its Python
+# dependencies, cuda-python, scipy, ..., serve NVIDIA's GEMM generator); `python -m build
+# --no-isolation` checks build requirements with their dependencies, so `build` takes them all.
 EXTRA_BUILD_REQUIRES = sorted({
     m.group(1)
     for p in PACKAGES
@@ -134,9 +135,7 @@ def build(session: nox.Session) -> None:
         variants = cuda_toolkit.parse(os.environ.get("KP_CUDA"))
     except ValueError as e:
         session.error(str(e))
-    session.install("build", "scikit-build-core>=0.11", "pybind11>=2.12", "cmake>=3.26", "ninja")
-    if EXTRA_BUILD_REQUIRES:
-        session.install("--no-deps", *EXTRA_BUILD_REQUIRES)
+    session.install("build", "scikit-build-core>=0.11", "pybind11>=2.12", "cmake>=3.26", "ninja", *EXTRA_BUILD_REQUIRES)
     manylinux = _glibc_stubs(session)
     kinds = ["--wheel"] if "--no-sdist" in session.posargs else ["--sdist", "--wheel"]
     for variant in variants:
