@@ -1,6 +1,7 @@
 """linear_act at every level against the float64 oracle: odd and real-model shapes, M = 0 and 1,
 every activation with and without bias, strided inputs, NaN-poisoned outputs, gradients (the
-reference level), bad input and TMA's alignment message, the GEMM table, torch integration."""
+reference level), bad input and TMA's alignment message, the GEMM tables (cuda and Triton), torch
+integration. The Triton level runs on CPU under Triton's interpreter (no bf16 there)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,20 +9,22 @@ from kp_core import BackendUnavailable, load_native, testing as kt
 
 import kp_fused_mlp
 from kp_fused_mlp import _cuda, linear, reference
+from kp_fused_mlp.triton import linear as triton_linear
 
 ACTS = list(kp_fused_mlp.ACTIVATIONS)
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
-# (x shape, out_features): odd and prime sizes (the reference takes any; the cuda level needs
-# multiples of 8 for K and N), one row, leading batch dims.
-SHAPES = [((1, 8), 8), ((3, 5), 7), ((17, 31), 13), ((2, 3, 40), 24), ((64, 128), 72)]
+# (x shape, out_features): odd and prime sizes (the reference and triton levels take any; the cuda
+# level needs multiples of 8 for K and N), one row, leading batch dims; M = 64 and 130 sit on
+# either side of the Triton level's decode/large cut, with tails in M, N and K.
+SHAPES = [((1, 8), 8), ((3, 5), 7), ((17, 31), 13), ((2, 3, 40), 24), ((64, 128), 72), ((130, 67), 131)]
 # The cuda level's: K and N multiples of 8; M = 1, under a tile, odd, over a tile; real MLP sizes.
 GPU_SHAPES = [((1, 4096), 11008), ((7, 256), 264), ((64, 1024), 4096), ((129, 520), 136), ((1031, 4096), 14336)]
 
 
 def _skip_if_unsupported(level, dtype, shape):
     backend, device = level
-    if backend == "triton":
-        pytest.skip("no Triton level yet (test_triton_level_refuses_clearly)")
+    if backend == "triton" and device == "cpu" and dtype == torch.bfloat16:
+        pytest.skip("the Triton interpreter's bf16 is unreliable")
     if device == "cpu" and shape in GPU_SHAPES:
         pytest.skip("GPU-sized shape")
     if backend == "cuda" and (dtype == torch.float32 or shape not in GPU_SHAPES):
@@ -40,6 +43,11 @@ def _oracle(x, w, b, act):
     """(float64 result, torch's own op in x's dtype: F.linear rounded, then the activation rounded)."""
     want = reference.linear_act_fwd(x, w, b, act, acc=torch.float64, out_dtype=torch.float64)
     return want, reference.ACTIVATIONS[act](F.linear(x, w, b))
+
+
+def _kernel_dtype(backend, device):
+    """A dtype each kernel level runs here: 16-bit on a GPU, float32 under Triton's interpreter."""
+    return torch.bfloat16 if device == "cuda" and backend != "reference" else torch.float32
 
 
 @pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
@@ -65,9 +73,7 @@ def test_layouts(level, layout, seed):
     """Strided x rows, a column-major x, a weight that is a transposed view, a misaligned start:
     the kernel levels copy what TMA cannot read in place."""
     backend, device = level
-    if backend == "triton":
-        pytest.skip("no Triton level yet")
-    dtype = torch.bfloat16 if backend == "cuda" else torch.float32
+    dtype = _kernel_dtype(backend, device)
     x, w, b = _inputs((33, 64), 48, dtype, device, seed, True)
     if layout == "row-strided":
         x = kt.row_strided(x, pad=3)  # a row stride of 67: not 16-byte aligned
@@ -88,9 +94,7 @@ def test_layouts(level, layout, seed):
 def test_empty(level, x_shape, n, seed):
     """M = 0, K = 0 (y = act(bias)), N = 0: the right shape and values, no launch."""
     backend, device = level
-    if backend == "triton":
-        pytest.skip("no Triton level yet")
-    dtype = torch.bfloat16 if backend == "cuda" else torch.float32
+    dtype = _kernel_dtype(backend, device)
     x = torch.empty(x_shape, dtype=dtype, device=device)
     w = kt.randn((n, x_shape[-1]), dtype=dtype, device=device, seed=seed)
     b = kt.randn((n,), dtype=dtype, device=device, seed=seed + 1)
@@ -119,10 +123,41 @@ def test_grad_goes_to_reference_under_auto_and_a_named_cuda_refuses(seed):
     assert w.grad is not None and w.grad.shape == w.shape
 
 
-def test_triton_level_refuses_clearly(seed):
+def test_triton_level_refuses_gradients_and_auto_keeps_it_off_the_cpu(seed):
     x, w, b = _inputs((4, 16), 8, torch.float32, "cpu", seed, True)
-    with pytest.raises(BackendUnavailable, match="'triton' cannot serve this call: linear_act has no Triton kernel yet"):
+    assert "no backward yet" in linear._triton_supports(True, "cuda", 0, torch.float32, True, 8, 16)
+    assert linear._triton_supports(False, "cpu", None, torch.float32, False, 8, 16).startswith("the tensors are on cpu")
+    w.requires_grad_(True)
+    with pytest.raises(BackendUnavailable, match="'triton' cannot serve this call: the triton level of linear_act "
+                                                 "has no backward yet"):  # fmt: skip
         kp_fused_mlp.linear_act(x, w, b, backend="triton")
+    assert linear.LEVELS.resolve("auto", x.device, x.dtype, False, *w.shape) == "reference"  # CPU: never the interpreter
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("config", list(triton_linear.CONFIGS))
+def test_every_triton_config_row(level, config, dtype, seed):
+    """Each CONFIGS row, forced, with tails in M, N and K (none a multiple of its block), a
+    column-major x, a weight that is a transposed view, and M = 1."""
+    backend, device = level
+    if backend != "triton" or (device == "cpu" and dtype == torch.bfloat16):
+        pytest.skip("the Triton level (its interpreter has no reliable bf16)")
+    for x_shape, n, layout in [((1, 33), 17, "contiguous"), ((45, 70), 37, "column-major"),
+                               ((131, 130), 129, "transposed-weight")]:  # fmt: skip
+        x, w, b = _inputs(x_shape, n, dtype, device, seed, True)
+        if layout == "column-major":
+            x = kt.column_major(x)
+        elif layout == "transposed-weight":
+            w = w.t().contiguous().t()
+        want, torch_y = _oracle(x, w, b, "gelu_tanh")
+        kt.poison_allocator(device, [want.numel() * 4] * 3)
+        y = triton_linear.linear_act_fwd(x, w, b, "gelu_tanh", config=config)
+        assert y.is_contiguous()
+        kt.assert_matches_oracle(y, want, torch_out=torch_y, name=f"{config} {x_shape}x{n} {layout}")
+
+
+def test_triton_size_classes():
+    assert [triton_linear.size_class(m) for m in (1, 64, 65, 8192)] == ["decode", "decode", "large", "large"]
 
 
 def test_bad_input_raises_clearly(seed):
@@ -203,9 +238,7 @@ def test_gemm_table_and_plan():
 
 def test_opcheck(level, seed):
     backend, device = level
-    if backend == "triton":
-        pytest.skip("no Triton level yet")
-    dtype = torch.bfloat16 if backend == "cuda" else torch.float32
+    dtype = _kernel_dtype(backend, device)
     x, w, b = _inputs((5, 32), 16, dtype, device, seed, True)
     kt.opcheck(linear.LINEAR_ACT, (x, w, b, "silu", backend))
     kt.opcheck(linear.LINEAR_ACT, (x, w, None, "none", backend))
@@ -213,9 +246,7 @@ def test_opcheck(level, seed):
 
 def test_compile_fullgraph(level, seed):
     backend, device = level
-    if backend == "triton":
-        pytest.skip("no Triton level yet")
-    dtype = torch.bfloat16 if backend == "cuda" else torch.float32
+    dtype = _kernel_dtype(backend, device)
     x, w, b = _inputs((6, 40), 24, dtype, device, seed, True)
     fn = kt.compiled(lambda a, c, d: kp_fused_mlp.linear_act(a, c, d, "gelu", backend=backend), device_type=device)
     want, torch_y = _oracle(x, w, b, "gelu")

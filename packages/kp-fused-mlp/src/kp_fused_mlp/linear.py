@@ -2,12 +2,14 @@
 epilogue (one pass over y instead of three). Activations: none, relu, gelu (erf), gelu_tanh, silu.
 
 Levels: reference (plain PyTorch, fp32 math rounded once; differentiable), cuda (kp's sm90a GEMM:
-float16/bfloat16 on an H100/H200, forward only for now), triton (not written yet: it refuses every
-call, so a named triton backend raises and `auto` passes over it).
+float16/bfloat16 on an H100/H200, forward only for now), triton (a tiled tl.dot GEMM with the same
+epilogue: float32/float16/bfloat16, any shape and strides, forward only; on CPU only when named,
+under TRITON_INTERPRET=1).
 
 Built on kp_core.op like glu.py, without an AutogradOp: no kernel level has a backward yet, so a
-call that needs gradients resolves to the reference level (a named cuda backend refuses it). The
-registered op `torch.ops.kp_fused_mlp.linear_act` is what torch.compile traces for the kernel levels.
+call that needs gradients resolves to the reference level (a named cuda or triton backend refuses
+it). The registered op `torch.ops.kp_fused_mlp.linear_act` is what torch.compile traces for the
+kernel levels.
 """
 from __future__ import annotations
 
@@ -16,10 +18,9 @@ from typing import Optional
 import torch
 from kp_core import registry
 from kp_core.dtypes import FLOATING
-from kp_core.op import Levels, as_rows, check_tensor
+from kp_core.op import Levels, as_rows, check_tensor, triton_supports
 
 from . import reference
-from .triton.linear import MISSING as _TRITON_MISSING
 
 ACTIVATIONS = tuple(reference.ACTIVATIONS)  # "none", "relu", "gelu", "gelu_tanh", "silu"
 
@@ -28,10 +29,17 @@ def _cuda_supports(forced, device_type, device_index, *facts):
     return LEVELS.module("cuda").linear_act_supports(forced, device_type, device_index, *facts)
 
 
+def _triton_supports(forced, device_type, device_index, dtype, grad, n, k):
+    if grad:
+        return ("the triton level of linear_act has no backward yet (inference only); "
+                "backend='auto' or 'reference' differentiates it")  # fmt: skip
+    return triton_supports(forced, device_type)
+
+
 LEVELS = Levels(
     "kp_fused_mlp.linear_act",
     {"cuda": "kp_fused_mlp._cuda", "triton": "kp_fused_mlp.triton.linear", "reference": "kp_fused_mlp.reference"},
-    supports={"cuda": _cuda_supports, "triton": lambda forced, *facts: _TRITON_MISSING},
+    supports={"cuda": _cuda_supports, "triton": _triton_supports},
 )
 """Facts a level's `supports` reads: device type and index, dtype, needs grad, N, K."""
 
@@ -102,8 +110,9 @@ def linear_act(
     "gelu_tanh" (gelu with approximate="tanh") or "silu". Returns [..., out_features].
 
     The cuda level needs float16/bfloat16, an sm_90 GPU, in_features and out_features multiples of
-    8 (TMA moves 16-byte rows; a named backend="cuda" says what to pad to), and no gradient.
-    `backend`: "auto" (default), "cuda", "triton" (not written yet: raises) or "reference".
+    8 (TMA moves 16-byte rows; a named backend="cuda" says what to pad to), and no gradient. The
+    triton level takes any float dtype, shape and strides on a GPU, and no gradient.
+    `backend`: "auto" (default), "cuda", "triton" or "reference".
     """
     _check(x, weight, bias, activation)
     n, k = weight.shape
