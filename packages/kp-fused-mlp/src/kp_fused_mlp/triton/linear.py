@@ -16,8 +16,9 @@ import torch
 import triton
 import triton.language as tl
 
-SQRT1_2 = 0.7071067811865476  # 1 / sqrt(2): gelu(x) = 0.5 x (1 + erf(x / sqrt(2)))
-SQRT_2_OVER_PI = 0.7978845608028654  # torch's gelu tanh approximation: sqrt(2 / pi)
+# constexpr: the compiler (unlike the interpreter) refuses plain globals inside a kernel.
+SQRT1_2 = tl.constexpr(0.7071067811865476)  # 1 / sqrt(2): gelu(x) = 0.5 x (1 + erf(x / sqrt(2)))
+SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)  # torch's gelu tanh approximation: sqrt(2 / pi)
 
 
 @triton.jit
