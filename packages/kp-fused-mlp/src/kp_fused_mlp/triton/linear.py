@@ -10,6 +10,7 @@ Calls that need gradients never reach this module: `kp_fused_mlp.linear` refuses
 """
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple
 
 import torch
@@ -98,21 +99,32 @@ def size_class(m: int) -> str:
     return "decode" if m <= 64 else "large"
 
 
+def _device_guard(t: torch.Tensor):
+    # Triton launches on torch's current device (and its current stream), not on the tensors':
+    # switch only when they live elsewhere (cuda:1 while cuda:0 is current), as kp-norm's level does.
+    if t.is_cuda and t.device.index != torch.cuda.current_device():
+        return torch.cuda.device(t.device)
+    return contextlib.nullcontext()
+
+
 def linear_act_fwd(x: torch.Tensor, weight: torch.Tensor, bias, activation: str, config=None) -> torch.Tensor:
-    """x [M, K] (any strides), weight [N, K] (any strides), bias [N] or None, one dtype.
-    Returns y [M, N], contiguous. `config` forces a CONFIGS row (tests)."""
+    """x [M, K] (any strides), weight [N, K] (any strides), bias [N] (any stride) or None, one
+    dtype. Returns y [M, N], contiguous. `config` forces a CONFIGS row (tests)."""
     (m, k), n = x.shape, weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return y
+    if bias is not None:
+        bias = bias.contiguous()  # the kernel reads bias[n] at B + n (a strided view, bias[::2], would not)
     cfg = CONFIGS[config or size_class(m)]
     fp32 = x.dtype == torch.float32
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
-    _linear_act_kernel[grid](
-        x, weight, bias, y, m, n, k,
-        x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), y.stride(0),
-        HAS_BIAS=bias is not None, ACT=activation, PRECISION="ieee" if fp32 else "tf32",
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k // 2 if fp32 else cfg.block_k,
-        GROUP_M=cfg.group_m, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip
+    with _device_guard(x):
+        _linear_act_kernel[grid](
+            x, weight, bias, y, m, n, k,
+            x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), y.stride(0),
+            HAS_BIAS=bias is not None, ACT=activation, PRECISION="ieee" if fp32 else "tf32",
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k // 2 if fp32 else cfg.block_k,
+            GROUP_M=cfg.group_m, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
     return y
