@@ -68,15 +68,22 @@ def test_matches_oracle(level, shape, dtype, act, with_bias, seed):
         torch.testing.assert_close(t, t0, rtol=0, atol=0, msg="an input was written")
 
 
-@pytest.mark.parametrize("layout", ["row-strided", "column-major", "transposed-weight", "offset"])
+@pytest.mark.parametrize(
+    "layout", ["row-strided", "aligned-row-strided", "column-major", "transposed-weight", "offset", "strided-bias"]
+)
 def test_layouts(level, layout, seed):
-    """Strided x rows, a column-major x, a weight that is a transposed view, a misaligned start:
-    the kernel levels copy what TMA cannot read in place."""
+    """Strided x rows, a column-major x, a weight that is a transposed view, a misaligned start, a
+    strided bias: the kernel levels copy what TMA cannot read in place. Rows 16-byte aligned but
+    longer than K (x and weight, NaN in the gap) are read in place: the cuda level's row strides."""
     backend, device = level
     dtype = _kernel_dtype(backend, device)
     x, w, b = _inputs((33, 64), 48, dtype, device, seed, True)
     if layout == "row-strided":
         x = kt.row_strided(x, pad=3)  # a row stride of 67: not 16-byte aligned
+    elif layout == "aligned-row-strided":
+        x, w = kt.row_strided(x, pad=8), kt.row_strided(w, pad=24)  # row strides 72 and 88: in place
+    elif layout == "strided-bias":
+        b = torch.stack([b, torch.full_like(b, float("nan"))], dim=1)[:, 0]  # stride 2, NaN between
     elif layout == "column-major":
         x = kt.column_major(x)
     elif layout == "transposed-weight":
@@ -265,16 +272,19 @@ def test_compile_fullgraph_with_grad_runs_the_reference(seed):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
-def test_every_gemm_table_row(dtype, with_bias, seed):
-    """Each row of csrc/gemm_table.h, forced, on shapes with partial tiles in M and N."""
+@pytest.mark.parametrize(
+    "with_bias, act", [(True, "silu"), (False, "gelu"), (False, "none")], ids=["bias_act", "act-null-bias", "identity"]
+)
+def test_every_gemm_table_row(dtype, with_bias, act, seed):
+    """Each row of csrc/gemm_table.h, forced, on shapes with partial tiles in M and N, with each of
+    its kernels: the bias_act epilogue with a bias and with none (null pointer), and identity."""
     for config in range(len(_native().gemm_configs())):
         for (x_shape, n) in [((1, 64), 8), ((200, 136), 264), ((1031, 1024), 4104)]:
             x, w, b = _inputs(x_shape, n, dtype, "cuda", seed, with_bias)
-            want, torch_y = _oracle(x, w, b, "silu")
+            want, torch_y = _oracle(x, w, b, act)
             kt.poison_allocator("cuda", [want.numel() * 4] * 3)
-            y = _cuda.linear_act_fwd(x, w, b, "silu", config=config)
-            kt.assert_matches_oracle(y, want, torch_out=torch_y, name=f"config {config} {x_shape}x{n}")
+            y = _cuda.linear_act_fwd(x, w, b, act, config=config)
+            kt.assert_matches_oracle(y, want, torch_out=torch_y, name=f"config {config} {act} {x_shape}x{n}")
 
 
 @pytest.mark.gpu
@@ -282,7 +292,7 @@ def test_cuda_names_the_pad_size_on_a_gpu(seed):
     x, w, _ = _inputs((4, 4095), 64, torch.bfloat16, "cuda", seed, False)
     with pytest.raises(BackendUnavailable, match="in_features K=4095 is not a multiple of 8.*pad it to 4096"):
         kp_fused_mlp.linear_act(x, w, backend="cuda")
-    y = kp_fused_mlp.linear_act(x, w)  # auto: the reference level serves it
+    y = kp_fused_mlp.linear_act(x, w)  # auto: the next level (triton, else reference) serves it
     kt.assert_matches_oracle(y, _oracle(x, w, None, "none")[0])
 
 
@@ -294,11 +304,15 @@ def test_cuda_graph_capture(seed):
 
 
 @pytest.mark.gpu
-def test_other_cuda_devices(seed):
-    """cuda:1 when present: the launch goes to the tensors' device and stream."""
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+def test_other_cuda_devices(backend, seed):
+    """cuda:1 when present, cuda:0 current: the launch goes to the tensors' device and stream."""
     if torch.cuda.device_count() < 2:
         pytest.skip("one GPU")
+    if backend == "triton":
+        pytest.importorskip("triton")
     x, w, b = _inputs((100, 512), 256, torch.bfloat16, "cuda:1", seed, True)
-    y = kp_fused_mlp.linear_act(x, w, b, "relu", backend="cuda")
+    with torch.cuda.device(0):
+        y = kp_fused_mlp.linear_act(x, w, b, "relu", backend=backend)
     assert y.device == x.device
     kt.assert_matches_oracle(y, _oracle(x, w, b, "relu")[0])
