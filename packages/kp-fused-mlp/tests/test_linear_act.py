@@ -297,6 +297,20 @@ def test_cuda_names_the_pad_size_on_a_gpu(seed):
 
 
 @pytest.mark.gpu
+def test_auto_order_on_a_gpu():
+    """auto: the cuda level for what its supports() accepts, else triton, else the reference."""
+    dev = torch.device("cuda", 0)
+    mod = _native()
+    cuda_ok = not _cuda.linear_act_supports(False, "cuda", 0, torch.bfloat16, False, 64, 64)
+    assert linear.LEVELS.resolve("auto", dev, torch.bfloat16, False, 64, 64) == ("cuda" if cuda_ok else "triton")
+    assert linear.LEVELS.resolve("auto", dev, torch.float32, False, 64, 64) == "triton"
+    assert linear.LEVELS.resolve("auto", dev, torch.bfloat16, False, 64, 63) == "triton"
+    assert linear.LEVELS.resolve("auto", dev, torch.bfloat16, True, 64, 64) == "reference"
+    if torch.cuda.get_device_capability(0) == (9, 0) and "90a" in mod.compiled_arch_names():
+        assert cuda_ok, "an sm_90 GPU with an sm_90a build must run the cuda level"
+
+
+@pytest.mark.gpu
 def test_cuda_graph_capture(seed):
     x, w, b = _inputs((64, 4096), 4096, torch.bfloat16, "cuda", seed, True)
     y = kt.graph_captured(lambda a, c, d: kp_fused_mlp.linear_act(a, c, d, "gelu", backend="cuda"), x, w, b)
