@@ -18,7 +18,7 @@ selects a whole row: `nox -s test-3.11` runs every torch version of the matrix o
 dist/<variant>/, the variant named from the toolkit's nvcc release (13.0 -> cu130):
 "system" (default: CUDACXX, else CUDA_HOME, else nvcc on PATH; a cu12 variant is this with
 CUDA_HOME naming a 12.x toolkit) and "pypi-13.Y" (NVIDIA's CUDA 13.Y wheels from PyPI, installed
-once into .nox/build/cuda/: no system toolkit needed), e.g. KP_CUDA=pypi-13.0,pypi-13.5.
+once into the build session's .nox/build-3-1X/cuda/: no system toolkit needed), e.g. KP_CUDA=pypi-13.0,pypi-13.5.
 tools/cuda_toolkit.py has the rules, docs/install.md the drivers each variant needs.
 
 `nox -s build` makes manylinux_2_28 wheels on any Linux (`KP_MANYLINUX`, default 2_28; `off` for
@@ -97,7 +97,7 @@ def _cuda_toolkit(session: nox.Session, variant: str) -> tuple[str, dict, list]:
     env = {}
     if variant == "system":
         nvcc = cuda_toolkit.system_nvcc(os.environ)
-    else:  # pypi-13.Y: a toolkit of its own in .nox/build/cuda/pypi-13.Y/, installed once
+    else:  # pypi-13.Y: a toolkit of its own in the session's cuda/pypi-13.Y/, installed once
         target = Path(session.virtualenv.location) / "cuda" / variant
         home = cuda_toolkit.pypi_home(target, variant)
         if not (home / "bin" / "nvcc").exists():

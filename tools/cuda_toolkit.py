@@ -5,7 +5,7 @@ dist/<variant>/, the variant named from the toolkit's nvcc (release 13.0 -> cu13
 
     system     (default) CUDACXX, else CUDA_HOME/bin/nvcc, else nvcc on PATH
     pypi-13.Y  NVIDIA's PyPI wheels of CUDA 13.Y (cuda-toolkit[nvcc,cccl]==13.Y.*), installed
-               once into .nox/build/cuda/pypi-13.Y/: no system toolkit needed
+               once into the build session's cuda/pypi-13.Y/: no system toolkit needed
 
 CMake reads CUDACXX (and PATH, CUDA_PATH), never CUDA_HOME, so the build names the nvcc it chose
 to CMake (CUDACXX and CMAKE_CUDA_COMPILER): a toolkit that cannot compile then fails the build

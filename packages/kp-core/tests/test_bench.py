@@ -61,3 +61,20 @@ def test_bench_imports_required_and_optional():
     assert missing is None and sqrt(9.0) == 3.0 and pi > 3
     (a, b), missing = bench.optional("Liger", "math:sqrt", "no_such_baseline.ops:Fn")
     assert a is None and b is None and missing.startswith("Liger not available: ModuleNotFoundError")
+
+
+def test_progress_counts_host_timing_as_a_step(capsys, monkeypatch):
+    """Plain progress lines never count past their total (host timing is one step of its own)."""
+    import contextlib
+    import re
+
+    from kp_core.bench import progress as progress_mod
+    from kp_core.bench import runner
+
+    monkeypatch.setattr(runner, "progress", lambda total: contextlib.nullcontext(progress_mod._Plain(total)))
+    case = bench.Case(op="scale", label="n=8", params={"n": 8}, make_inputs=lambda: (torch.ones(8),),
+                      impls={"kp": lambda x: x * 2, "torch": lambda x: torch.mul(x, 2)}, host_timing=True)
+    rows = bench.run([case], device="cpu", warmup=1, rep=2)
+    assert [r["status"] for r in rows] == ["ok", "ok"] and all(r["host_ms"] for r in rows)
+    steps = [tuple(map(int, m)) for m in re.findall(r"\[(\d+)/(\d+)\]", capsys.readouterr().out)]
+    assert steps and all(done <= total for done, total in steps), steps

@@ -170,3 +170,25 @@ def test_cuda_graph_capture(seed):
     u = kt.randn((64, 4096), dtype=torch.bfloat16, device="cuda", seed=seed + 1)
     y = kt.graph_captured(lambda a, b: kp_fused_mlp.swiglu(a, b, backend="cuda"), g, u)
     kt.assert_matches_oracle(y, F.silu(g.double()) * u.double())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+def test_second_gpu_and_current_stream(backend, seed):
+    """Kernels launch on the tensors' device (the last GPU, with GPU 0 current) and on torch's current
+    stream, forward and backward."""
+    device = f"cuda:{torch.cuda.device_count() - 1}"
+    gate = kt.randn((300, 2048), dtype=torch.bfloat16, device=device, seed=seed).requires_grad_()
+    up = kt.randn((300, 2048), dtype=torch.bfloat16, device=device, seed=seed + 1).requires_grad_()
+    dy = kt.randn((300, 2048), dtype=torch.bfloat16, device=device, seed=seed + 2)
+    stream = torch.cuda.Stream(device=device)
+    with torch.cuda.device(0), torch.cuda.stream(stream):
+        y = kp_fused_mlp.swiglu(gate, up, backend=backend)
+        dgate, dup = torch.autograd.grad(y, (gate, up), dy)
+    stream.synchronize()
+    g, u = gate.detach().double().requires_grad_(), up.detach().double().requires_grad_()
+    want = F.silu(g) * u
+    want_dg, want_du = torch.autograd.grad(want, (g, u), dy.double())
+    kt.assert_matches_oracle(y, want, dtype=torch.bfloat16)
+    kt.assert_matches_oracle(dgate, want_dg, dtype=torch.bfloat16)
+    kt.assert_matches_oracle(dup, want_du, dtype=torch.bfloat16)

@@ -2,6 +2,7 @@
 // constants both sides read. Each family is defined in fwd_kernels.cuh and instantiated, from an explicit list,
 // in its own translation unit (fwd_direct.cu, fwd_ring.cu, fwd_multipass.cu).
 #pragma once
+#include <algorithm>
 #include "kp/vec.cuh"
 #include "norm.cuh"
 
@@ -20,8 +21,16 @@ constexpr int kDirectMinBlocks = sizeof(T) == 2 && sizeof(W) == 2 && !RES ? 2 : 
 // CTAs fit an SM (see kTwinCap). FT = 1024 needs one (no default bound admits 1024 threads).
 template <int FT, int CAP>
 constexpr int kDirectBoundThreads = CAP && FT > 32 ? FT : kMaxThreads;
+// Threads an SM hold at most: 1536 on sm_86/87/89, 2048 on sm_80 and sm_90. A min-blocks bound past
+// it is ignored by ptxas, with a warning (the 1024-thread twin's 2 blocks, on sm_86/89).
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890)
+constexpr int kMaxThreadsPerSm = 1536;
+#else
+constexpr int kMaxThreadsPerSm = 2048;
+#endif
 template <int FT, int CAP, typename T, typename W, bool RES>
-constexpr int kDirectBoundBlocks = CAP && FT > 32 ? 65536 / (FT * CAP) : kDirectMinBlocks<T, W, RES>;
+constexpr int kDirectBoundBlocks = CAP && FT > 32 ? std::min(65536 / (FT * CAP), std::max(1, kMaxThreadsPerSm / FT))
+                                                   : kDirectMinBlocks<T, W, RES>;
 
 // A kernel's address, from the translation unit that instantiates it (nvcc gives kernels internal
 // linkage without relocatable device code, so the plan cannot name them across translation units).

@@ -5,8 +5,8 @@
 //   ptx_archs() -> list[int]        virtual archs embedded as PTX (JIT-compiled for newer GPUs)
 //   cuda_runtime_version() -> int   CUDART_VERSION at build time (cudart is linked statically)
 //   check_device(device) -> str     "" when the kernels can run there, else the reason
-// KP_SASS_ARCHS / KP_PTX_ARCHS are comma lists of numbers, from the kp/archs.h kp_add_extension()
-// generates.
+// KP_SASS_ARCHS / KP_PTX_ARCHS are comma lists of numbers, KP_SASS_ARCH_NAMES of strings, from the
+// kp/archs.h kp_add_extension() generates.
 // Nothing here touches CUDA at import: a module imports on a machine without a GPU or driver.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -24,7 +24,7 @@
 #define KP_SASS_ARCHS
 #endif
 #ifndef KP_SASS_ARCH_NAMES
-#define KP_SASS_ARCH_NAMES ""
+#define KP_SASS_ARCH_NAMES
 #endif
 #ifndef KP_PTX_ARCHS
 #define KP_PTX_ARCHS
@@ -43,20 +43,7 @@ inline cudaStream_t py_stream(uintptr_t s) { return reinterpret_cast<cudaStream_
 inline std::vector<int> compiled_archs() { return std::vector<int>{KP_SASS_ARCHS}; }
 inline std::vector<int> ptx_archs() { return std::vector<int>{KP_PTX_ARCHS}; }
 // The machine-code archs as compiled ("90a": sm_90a, with the arch-specific features wgmma/setmaxnreg).
-inline std::vector<std::string> compiled_arch_names() {
-  std::vector<std::string> out;
-  std::string cur;
-  for (const char* c = KP_SASS_ARCH_NAMES;; ++c) {
-    if (*c == ' ' || *c == '\0') {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-      if (*c == '\0') break;
-    } else {
-      cur += *c;
-    }
-  }
-  return out;
-}
+inline std::vector<std::string> compiled_arch_names() { return std::vector<std::string>{KP_SASS_ARCH_NAMES}; }
 
 inline std::string arch_list() {
   std::string s = "SASS for";

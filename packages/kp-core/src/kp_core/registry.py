@@ -9,6 +9,8 @@ The pattern every package follows (kp_core.op.AutogradOp; kp_norm/ops.py uses it
 """
 from __future__ import annotations
 
+import contextlib
+
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -65,6 +67,16 @@ def _raw_stream_getter():
 
 current_stream = _raw_stream_getter()
 """current_stream(device_index) -> int: torch's current CUDA stream handle, cheaply."""
+
+_NO_DEVICE_SWITCH = contextlib.nullcontext()
+
+
+def on_device_of(t: torch.Tensor):
+    """A context in which `t`'s GPU is torch's current device. Triton launches on the current
+    device, not the tensors': switch only when `t` lives elsewhere (a no-op context otherwise)."""
+    if t.is_cuda and t.device.index != torch.cuda.current_device():
+        return torch.cuda.device(t.device)
+    return _NO_DEVICE_SWITCH
 
 
 def once_differentiable(grads: tuple, what: str) -> tuple:

@@ -24,7 +24,7 @@ def run(cases: Iterable[Case], *, device: Any, ceilings: dict[str, dict] | None 
     """Time every impl of every case; one row per (case, impl), in order."""
     cases = list(cases)
     rows: list[dict[str, Any]] = []
-    with progress(sum(len(c.impls) for c in cases)) as bar:
+    with progress(sum(len(c.impls) + bool(c.host_timing) for c in cases)) as bar:  # host timing: one step more
         for case in cases:
             rows.extend(_run_case(case, device, ceilings or {}, warmup, rep, bar))
     return rows
@@ -73,6 +73,8 @@ def _run_case(case: Case, device: Any, ceilings: dict, warmup: float, rep: float
         for row in rows:
             row["host_ms"] = host.get(row["impl"])
         host_calls.clear()  # the calls hold their inputs: let _release free them
+    if case.host_timing:
+        bar.advance()
     if case.host_timing:  # their lines wait for the host column
         for row in rows:
             bar.log(_line(row))

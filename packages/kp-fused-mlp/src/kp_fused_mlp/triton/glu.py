@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from kp_core.registry import on_device_of
 
 BLOCK = 1024  # columns a program: 4 KB of bf16 per operand and row
 
@@ -40,7 +41,8 @@ def swiglu_fwd(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     rows, cols = gate.shape
     y = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)
     if rows and cols:
-        _swiglu_fwd_kernel[_grid(rows, cols)](gate, up, y, cols, gate.stride(0), up.stride(0), BLOCK=BLOCK)
+        with on_device_of(gate):
+            _swiglu_fwd_kernel[_grid(rows, cols)](gate, up, y, cols, gate.stride(0), up.stride(0), BLOCK=BLOCK)
     return y
 
 
@@ -49,7 +51,8 @@ def swiglu_bwd(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor):
     dgate = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)
     dup = torch.empty((rows, cols), dtype=up.dtype, device=up.device)
     if rows and cols:
-        _swiglu_bwd_kernel[_grid(rows, cols)](
-            dy, gate, up, dgate, dup, cols, dy.stride(0), gate.stride(0), up.stride(0), BLOCK=BLOCK
-        )
+        with on_device_of(gate):
+            _swiglu_bwd_kernel[_grid(rows, cols)](
+                dy, gate, up, dgate, dup, cols, dy.stride(0), gate.stride(0), up.stride(0), BLOCK=BLOCK
+            )
     return dgate, dup

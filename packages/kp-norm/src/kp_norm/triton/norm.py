@@ -25,11 +25,10 @@ device intrinsics, so they also run under ``TRITON_INTERPRET=1`` on CPU tensors.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
+from kp_core.registry import on_device_of
 
 # Longest row (as a power of two) that the forward keeps in registers; longer rows take the
 # looped kernel, CHUNK elements at a time.
@@ -373,7 +372,6 @@ def _fwd_warps(block_m: int, block_n: int) -> int:
 _FWD_CONFIGS: dict = {}
 _BWD_CONFIGS: dict = {}
 _SM_COUNTS: dict = {}
-_NO_GUARD = contextlib.nullcontext()
 
 
 def _fwd_config(N: int):
@@ -418,13 +416,6 @@ def _num_sms(device: torch.device) -> int:
     return n
 
 
-def _device_guard(t: torch.Tensor):
-    # Triton launches on the current device; switch only when the tensor lives elsewhere.
-    if t.is_cuda and t.device.index != torch.cuda.current_device():
-        return torch.cuda.device(t.device)
-    return _NO_GUARD
-
-
 def _rows(t: torch.Tensor | None):
     """(tensor, row stride) with a contiguous last dimension; copies only if it is not."""
     if t is None:
@@ -458,7 +449,7 @@ def norm_fwd(x, residual, weight, bias, eps: float, is_rms: bool, weight_offset:
     looped, block, block_n, num_warps = _fwd_config(N)
     flags = dict(IS_RMS=is_rms, HAS_RES=residual is not None, HAS_W=weight is not None,
                  HAS_B=bias is not None, SAVE_STATS=save_stats, num_warps=num_warps)
-    with _device_guard(x):
+    with on_device_of(x):
         if looped:
             _norm_fwd_looped_kernel[(M,)](
                 x, residual, weight, bias, y, residual_out, mean, rstd,
@@ -506,7 +497,7 @@ def norm_bwd(dy, x, dres, weight, mean, rstd, is_rms: bool, weight_offset: float
     flags = dict(IS_RMS=is_rms, HAS_DRES=dres is not None, HAS_W=weight is not None,
                  HAS_DW=need_dw, HAS_DB=need_db, BLOCK_M=block_m, BLOCK_N=block_n,
                  num_warps=num_warps)
-    with _device_guard(x):
+    with on_device_of(x):
         if split:
             row_dots = torch.empty((M, 2), dtype=torch.float32, device=device)
             _norm_bwd_row_dots_kernel[(M,)](
