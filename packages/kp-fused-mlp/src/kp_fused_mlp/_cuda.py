@@ -7,6 +7,8 @@ import torch
 from kp_core import dtypes, load_native
 from kp_core.registry import current_stream
 
+from .glu import grad_outputs
+
 NATIVE = load_native("kp_fused_mlp")
 
 
@@ -18,26 +20,26 @@ def supports(forced: bool, device_type: str, device_index, dtype) -> Optional[st
     return NATIVE.device_problem(device_index)
 
 
-def swiglu_fwd(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+def glu_fwd(gate: torch.Tensor, up: torch.Tensor, activation: str = "silu") -> torch.Tensor:
     rows, cols = gate.shape
     y = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)
     if rows and cols:
         index = gate.device.index
-        NATIVE.module.swiglu_fwd(gate.data_ptr(), gate.stride(0), up.data_ptr(), up.stride(0), y.data_ptr(),
-                                 rows, cols, dtypes.code(gate.dtype), index, current_stream(index))  # fmt: skip
+        NATIVE.module.glu_fwd(gate.data_ptr(), gate.stride(0), up.data_ptr(), up.stride(0), y.data_ptr(), rows, cols,
+                              ACT_CODES[activation], dtypes.code(gate.dtype), index, current_stream(index))  # fmt: skip
     return y
 
 
-def swiglu_bwd(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor):
+def glu_bwd(dy: torch.Tensor, gate: torch.Tensor, up: torch.Tensor, activation: str = "silu", packed: bool = False):
+    """(dgate, dup); packed: (dgate_up, None), both halves written into one [rows, 2 * cols] tensor."""
     rows, cols = gate.shape
-    dgate = torch.empty((rows, cols), dtype=gate.dtype, device=gate.device)
-    dup = torch.empty((rows, cols), dtype=up.dtype, device=up.device)
+    dgate, dup, grads = grad_outputs(gate, up, packed)
     if rows and cols:
         index = gate.device.index
-        NATIVE.module.swiglu_bwd(dy.data_ptr(), dy.stride(0), gate.data_ptr(), gate.stride(0), up.data_ptr(),
-                                 up.stride(0), dgate.data_ptr(), dup.data_ptr(), rows, cols, dtypes.code(gate.dtype),
-                                 index, current_stream(index))  # fmt: skip
-    return dgate, dup
+        NATIVE.module.glu_bwd(dy.data_ptr(), dy.stride(0), gate.data_ptr(), gate.stride(0), up.data_ptr(),
+                              up.stride(0), dgate.data_ptr(), dup.data_ptr(), dgate.stride(0), rows, cols,
+                              ACT_CODES[activation], dtypes.code(gate.dtype), index, current_stream(index))  # fmt: skip
+    return grads
 
 
 # ---------------------------------------------------------------------------------------------

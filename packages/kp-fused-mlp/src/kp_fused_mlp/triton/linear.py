@@ -17,9 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-# constexpr: the compiler (unlike the interpreter) refuses plain globals inside a kernel.
-SQRT1_2 = tl.constexpr(0.7071067811865476)  # 1 / sqrt(2): gelu(x) = 0.5 x (1 + erf(x / sqrt(2)))
-SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)  # torch's gelu tanh approximation: sqrt(2 / pi)
+from .activations import apply_activation
 
 
 @triton.jit
@@ -58,16 +56,7 @@ def _linear_act_kernel(
     # Epilogue, in fp32 on the accumulators; the reference's formulas.
     if HAS_BIAS:
         acc += tl.load(B + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]
-    if ACT == "relu":
-        acc = tl.maximum(acc, 0.0)
-    elif ACT == "gelu":
-        acc = 0.5 * acc * (1.0 + tl.math.erf(acc * SQRT1_2))
-    elif ACT == "gelu_tanh":
-        u = SQRT_2_OVER_PI * (acc + 0.044715 * acc * acc * acc)
-        tanh_u = 2.0 * tl.sigmoid(2.0 * u) - 1.0  # tanh; libdevice.tanh has no interpreter version
-        acc = 0.5 * acc * (1.0 + tanh_u)
-    elif ACT == "silu":
-        acc = acc * tl.sigmoid(acc)
+    acc = apply_activation(acc, ACT)
     tl.store(Y + rm[:, None] * stride_ym + rn[None, :], acc.to(Y.dtype.element_ty),
              mask=mask_m[:, None] & mask_n[None, :])  # fmt: skip
 
