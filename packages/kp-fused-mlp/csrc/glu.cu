@@ -130,33 +130,35 @@ void check(const GluArgs& a, bool bwd) {
   }
 }
 
+// Check the arguments, then, on the device, f(T{}, std::integral_constant<Act, A>{}) for the call's
+// dtype and activation: the one place the instantiations are chosen.
+template <typename F>
+void run(const GluArgs& a, bool bwd, int device, F&& f) {
+  check(a, bwd);
+  if (a.rows == 0 || a.cols == 0) return;
+  kp::DeviceGuard guard(device);
+  KP_DISPATCH_DTYPE(a.dtype, T, { dispatch_act(a.act, [&](auto act) { f(T{}, act); }); })
+}
+
 }  // namespace
 
 void glu_fwd(const GluArgs& a, int device, cudaStream_t stream) {
-  check(a, false);
-  if (a.rows == 0 || a.cols == 0) return;
-  kp::DeviceGuard guard(device);
-  KP_DISPATCH_DTYPE(a.dtype, T, {
-    dispatch_act(a.act, [&](auto act) {
-      kp::launch(glu_fwd_kernel<T, decltype(act)::value>, device, grid_for(a.rows, a.cols), dim3(kThreads), 0,
-                 stream, 1, static_cast<const T*>(a.gate), a.gate_stride, static_cast<const T*>(a.up),
-                 a.up_stride, static_cast<T*>(a.out), a.rows, a.cols);
-    });
-  })
+  run(a, false, device, [&](auto t, auto act) {
+    using T = decltype(t);
+    kp::launch(glu_fwd_kernel<T, decltype(act)::value>, device, grid_for(a.rows, a.cols), dim3(kThreads), 0, stream,
+               1, static_cast<const T*>(a.gate), a.gate_stride, static_cast<const T*>(a.up), a.up_stride,
+               static_cast<T*>(a.out), a.rows, a.cols);
+  });
 }
 
 void glu_bwd(const GluArgs& a, int device, cudaStream_t stream) {
-  check(a, true);
-  if (a.rows == 0 || a.cols == 0) return;
-  kp::DeviceGuard guard(device);
-  KP_DISPATCH_DTYPE(a.dtype, T, {
-    dispatch_act(a.act, [&](auto act) {
-      kp::launch(glu_bwd_kernel<T, decltype(act)::value>, device, grid_for(a.rows, a.cols), dim3(kThreads), 0,
-                 stream, 1, static_cast<const T*>(a.dy), a.dy_stride, static_cast<const T*>(a.gate),
-                 a.gate_stride, static_cast<const T*>(a.up), a.up_stride, static_cast<T*>(a.out),
-                 static_cast<T*>(a.out2), a.out_stride, a.rows, a.cols);
-    });
-  })
+  run(a, true, device, [&](auto t, auto act) {
+    using T = decltype(t);
+    kp::launch(glu_bwd_kernel<T, decltype(act)::value>, device, grid_for(a.rows, a.cols), dim3(kThreads), 0, stream,
+               1, static_cast<const T*>(a.dy), a.dy_stride, static_cast<const T*>(a.gate), a.gate_stride,
+               static_cast<const T*>(a.up), a.up_stride, static_cast<T*>(a.out), static_cast<T*>(a.out2),
+               a.out_stride, a.rows, a.cols);
+  });
 }
 
 const void* probe_kernel() { return reinterpret_cast<const void*>(glu_fwd_kernel<float, Act::kSilu>); }

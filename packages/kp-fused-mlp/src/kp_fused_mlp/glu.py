@@ -114,7 +114,8 @@ def _check(op, gate, up):
     if up is None:
         if gate.dim() == 0 or gate.shape[-1] % 2:
             raise ValueError(
-                f"{op}: a packed gate_up needs an even last dimension (gate and up halves), got shape {tuple(gate.shape)}"
+                f"{op}: a packed gate_up needs an even last dimension (gate and up halves), "
+                f"got shape {tuple(gate.shape)}"
             )
         return gate.shape[-1] // 2
     check_tensor(op, "up", up, like=gate, dtypes=FLOATING, shape=gate.shape, what_shape=" (gate's shape)")
