@@ -4,7 +4,7 @@ untouched inputs, bad input, torch integration. Every test taking `op` runs once
 import pytest
 import torch
 import torch.nn.functional as F
-from kp_core import BackendUnavailable, testing as kt
+from kp_core import BackendUnavailable, load_native, testing as kt
 
 import kp_fused_mlp
 from kp_fused_mlp import glu
@@ -191,6 +191,29 @@ def test_the_level_backward_writes_one_packed_gradient(level, op, packed, seed):
     else:
         kt.assert_matches_oracle(dx, want[0], name="dgate")
         kt.assert_matches_oracle(dup, want[1], name="dup")
+
+
+def test_native_checks_its_arguments_before_any_cuda_call():
+    """C++ checks again (ValueError, never an abort), before touching the device: runs on CPU."""
+    status = load_native("kp_fused_mlp")
+    if not status.loaded:
+        pytest.skip("built without its CUDA level")
+    mod = status.module
+    fwd = dict(gate=16, gate_stride=8, up=32, up_stride=8, y=48, rows=4, cols=8, act=2, dtype=2, device=0, stream=0)
+    bwd = dict(dy=16, dy_stride=8, gate=16, gate_stride=16, up=48, up_stride=16, dgate=64, dup=80, out_stride=16,
+               rows=4, cols=8, act=3, dtype=1, device=0, stream=0)  # fmt: skip
+    with pytest.raises(ValueError, match="unsupported gated activation code 1"):
+        mod.glu_fwd(**{**fwd, "act": 1})  # relu: a linear_act activation, not a gated one
+    with pytest.raises(ValueError, match="unsupported dtype code 7"):
+        mod.glu_fwd(**{**fwd, "dtype": 7})
+    with pytest.raises(ValueError, match=r"gate_stride \(4\) must be >= cols \(8\)"):
+        mod.glu_fwd(**{**fwd, "gate_stride": 4})
+    with pytest.raises(ValueError, match="up must not be null"):
+        mod.glu_fwd(**{**fwd, "up": 0})
+    with pytest.raises(ValueError, match=r"dgate_stride \(4\) must be >= cols \(8\)"):
+        mod.glu_bwd(**{**bwd, "out_stride": 4})
+    with pytest.raises(ValueError, match="dup must not be null"):
+        mod.glu_bwd(**{**bwd, "dup": 0})
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["two", "packed"])
