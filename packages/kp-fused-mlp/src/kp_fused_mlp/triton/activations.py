@@ -3,9 +3,8 @@
 ACT is a constexpr name, so each kernel compiles only the branch it uses.
 
 tanh(u) is written 1 - 2 / (1 + exp(2u)) (exp overflow gives +-1, as tanh): libdevice.tanh has no
-interpreter version, and the interpreter cannot run a jit helper called from these helpers.
-Tensors stay left of the constexpr constants: under the interpreter a constexpr on the left of a
-tensor wraps the product in a constexpr that tl.exp refuses."""
+interpreter version. Tensors stay left of the constexpr constants: in a helper called from a
+kernel, the interpreter turns `constant * tensor` into a constexpr that tl.exp and tl.sigmoid refuse."""
 from __future__ import annotations
 
 import triton
