@@ -4,19 +4,21 @@
 // `kp_fused_mlp._cuda.gemm_plan(m, n, k)` reports the row a call gets; `config=` on the native
 // call forces one (tests run every row; sweeps).
 //
-// Rows (the first whose max_m is 0 or >= M wins):
-//   pingpong_64x128   M <= 64 (decode, small batches): a 128-row tile would be half padding. Two
-//                     consumer warpgroups on two 64 x 128 tiles, one's epilogue under the other's
-//                     mainloop; 9 smem stages of 24 KB.
-//   coop_128x256_c2x1 everything else: the large-GEMM tile (each consumer warpgroup a 64 x 256 wgmma,
-//                     the largest there is: the most FLOPs per smem byte), 4 stages of 48 KB; a
-//                     cluster of 2 along M shares each W tile through TMA multicast (half the L2 ->
-//                     smem traffic of W).
-// Not measured yet (no GPU in the session that wrote it): the rows, swizzles and the M cut are the
-// starting points CUTLASS's own Hopper examples and profiler use for 16-bit GEMMs, to be swept on
-// the H200 (the acceptance target: bf16 8192^3 at >= 0.95x torch.mm). Mid-size M with few tiles
-// (M = 128-1024 at N = 4096: 16-128 tiles of 128 x 256 on 132 SMs) is where a stream-K row or a
-// 128 x 128 row would earn its compile time; sweep before adding one.
+// Rows (the first whose max_m is 0 or >= M wins). Swept on an H200 (2026-11-25, bf16, K = 4096-28672,
+// N = 4096-28672; docs/journal/kp-fused-mlp.md): 7 candidate rows, bare GEMM and bias + SiLU.
+//   pingpong_64x128          M <= 64 (decode): a 128-row tile would be half padding. Two consumer
+//                            warpgroups on two 64 x 128 tiles, one's epilogue under the other's mainloop.
+//   pingpong_128x128_c1x2    M <= 128: one tile row, so a cluster along M would leave its second CTA
+//                            idle (c2x1 ran 1.7x slower at M = 128); the pair shares x tiles along N.
+//                            1.03x torch.mm at 128 x 4096 x 14336.
+//   pingpong_128x128_c2x1    M <= 4096: enough tiles that the epilogue hidden under the other
+//                            warpgroup's mainloop is worth the smaller tile (1.01-1.02x torch.mm at
+//                            M = 1024-4096; the 128 x 256 cooperative tile 0.85x at M = 1024).
+//   coop_128x256_c2x1        the large-GEMM tile (each consumer warpgroup a 64 x 256 wgmma: the most
+//                            FLOPs per smem byte), a cluster of 2 along M sharing W tiles through TMA
+//                            multicast; 1.01-1.05x torch.mm at M = 8192 but for N = 28672 (0.97x).
+// Tried and dropped: coop 256 x 128 (c1x2), coop 128 x 256 without a cluster, pingpong 64 x 256
+// (c1x2): none won a shape (the 64 x 256 pingpong ran at half speed past M = 4096).
 #pragma once
 #include <cstdint>
 
@@ -33,6 +35,8 @@ struct GemmTable {
   static constexpr Cfg rows[] = {
       //  name                 tile m    n   k  cluster m n  schedule   swizzle raster max_m
       {"pingpong_64x128",          64, 128, 64,         1, 1, kPingpong, 1,      kAuto, 64},
+      {"pingpong_128x128_c1x2",   128, 128, 64,         1, 2, kPingpong, 1,      kAuto, 128},
+      {"pingpong_128x128_c2x1",   128, 128, 64,         2, 1, kPingpong, 1,      kAuto, 4096},
       {"coop_128x256_c2x1",       128, 256, 64,         2, 1, kCoop,     1,      kAuto, 0},
   };
   static constexpr int size = sizeof(rows) / sizeof(rows[0]);

@@ -52,7 +52,11 @@ template <> struct Gated<Act::kGelu> {
 };
 
 template <> struct Gated<Act::kGeluTanh> {
-  static __device__ __forceinline__ float f(float g) { return kp::gemm::gelu_tanh(g); }
+  // libm's tanhf, not the GEMM epilogue's fast form: this kernel also writes fp32, and it is bound
+  // by memory, not instructions.
+  static __device__ __forceinline__ float f(float g) {
+    return 0.5f * g * (1.f + tanhf(0.79788456080286536f * (g + 0.044715f * g * g * g)));
+  }
   // t = tanh(k (g + c g^3)): d/dg g (1 + t) / 2 = (1 + t) / 2 + g (1 - t^2) k (1 + 3 c g^2) / 2.
   static __device__ __forceinline__ float2 f_df(float g) {
     constexpr float k = 0.79788456080286536f, c = 0.044715f;

@@ -27,10 +27,12 @@ void run_row(const kp::gemm::Problem& p, const LinearActArgs& a, int device, cud
 
 template <int DType>
 void run_dtype(const kp::gemm::Problem& p, const LinearActArgs& a, int row, int device, cudaStream_t stream) {
-  static_assert(GemmTable::size == 2, "a new table row needs a case here and its instantiations");
+  static_assert(GemmTable::size == 4, "a new table row needs a case here and its instantiations");
   switch (row) {
     case 0: return run_row<DType, 0>(p, a, device, stream);
     case 1: return run_row<DType, 1>(p, a, device, stream);
+    case 2: return run_row<DType, 2>(p, a, device, stream);
+    case 3: return run_row<DType, 3>(p, a, device, stream);
   }
 }
 

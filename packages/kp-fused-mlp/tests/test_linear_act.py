@@ -234,11 +234,14 @@ def test_native_checks_its_arguments_before_any_cuda_call():
 def test_gemm_table_and_plan():
     mod = _native()
     names = mod.gemm_configs()
-    assert names == ["pingpong_64x128", "coop_128x256_c2x1"]
+    assert names == ["pingpong_64x128", "pingpong_128x128_c1x2", "pingpong_128x128_c2x1", "coop_128x256_c2x1"]
     assert _cuda.gemm_plan(1, 4096, 4096) == "pingpong_64x128"
     assert _cuda.gemm_plan(64, 4096, 4096) == "pingpong_64x128"
-    assert _cuda.gemm_plan(65, 4096, 4096) == "coop_128x256_c2x1"
-    assert _cuda.gemm_plan(8192, 8192, 8192) == "coop_128x256_c2x1"
+    assert _cuda.gemm_plan(65, 4096, 4096) == "pingpong_128x128_c1x2"
+    assert _cuda.gemm_plan(128, 4096, 4096) == "pingpong_128x128_c1x2"
+    assert _cuda.gemm_plan(129, 4096, 4096) == "pingpong_128x128_c2x1"
+    assert _cuda.gemm_plan(4096, 4096, 4096) == "pingpong_128x128_c2x1"
+    assert _cuda.gemm_plan(4097, 8192, 8192) == "coop_128x256_c2x1"
     if not torch.cuda.is_available():
         assert mod.gemm_device_problem(0)  # no device: a reason, not a crash
 

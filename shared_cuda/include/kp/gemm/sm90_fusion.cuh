@@ -37,7 +37,7 @@ struct ActArgs {
 template <class T>
 struct RuntimeAct {
   using Arguments = ActArgs;
-  CUTLASS_HOST_DEVICE T operator()(T const& x, Arguments const& a) const {
+  CUTLASS_DEVICE T operator()(T const& x, Arguments const& a) const {
     return T(apply_act(static_cast<Act>(a.act), static_cast<float>(x)));
   }
 };
@@ -47,14 +47,14 @@ struct RuntimeAct<cutlass::Array<T, N>> {
   using Arguments = ActArgs;
 
   template <class F>
-  CUTLASS_HOST_DEVICE static cutlass::Array<T, N> each(cutlass::Array<T, N> const& v, F f) {
+  CUTLASS_DEVICE static cutlass::Array<T, N> each(cutlass::Array<T, N> const& v, F f) {
     cutlass::Array<T, N> y;
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < N; ++i) y[i] = T(f(static_cast<float>(v[i])));
     return y;
   }
 
-  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& v, Arguments const& a) const {
+  CUTLASS_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& v, Arguments const& a) const {
     switch (static_cast<Act>(a.act)) {
       case Act::kRelu: return each(v, [](float x) { return relu(x); });
       case Act::kGelu: return each(v, [](float x) { return gelu(x); });
