@@ -1,6 +1,7 @@
 """What compute-sanitizer (memcheck, racecheck) runs over kp-fused-mlp's CUDA kernels: every dtype
 and gated activation (swiglu, geglu exact and tanh), odd and real sizes, strided rows and packed
-halves, forward and backward, each checked against float64 (tools/gpu_check.sh sanitize)."""
+halves, forward and backward, each checked against float64; and linear_act's sm90 GEMM, every row
+of its table with each epilogue, on shapes with M, N and K tails (tools/gpu_check.sh sanitize)."""
 import torch
 import torch.nn.functional as F
 from kp_core import testing as kt
@@ -35,5 +36,19 @@ for name, (fn, act) in OPS.items():
                 y_floor, d_floor = (0.0, 0.0) if name == "swiglu" else (f.norm().item() for f in floors)
                 kt.assert_matches_oracle(y, y64, scale=y_floor, name=f"{name} y")
                 kt.assert_matches_oracle(gate_up.grad, want, scale=d_floor, name=f"{name} dgate_up")
+from kp_fused_mlp import _cuda  # noqa: E402
+
+if not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64):  # an sm_90 GPU
+    for config, row in enumerate(_cuda.NATIVE.module.gemm_configs()):
+        for dtype in (torch.float16, torch.bfloat16):
+            for m, k, n in [(1, 64, 128), (77, 200, 264), (130, 1032, 520)]:  # tails of every tile
+                x = kt.randn((m, k), dtype=dtype, device="cuda", seed=m)
+                w = kt.randn((n, k), dtype=dtype, device="cuda", seed=n) / k**0.5
+                b = kt.randn((n,), dtype=dtype, device="cuda", seed=k)
+                for bias, act in ((None, "none"), (b, "silu"), (None, "gelu_tanh"), (b, "gelu")):
+                    y = _cuda.linear_act_fwd(x, w, bias, act, config=config)
+                    want = kp_fused_mlp.linear_act(x.double(), w.double(), None if bias is None else bias.double(),
+                                                   act, backend="reference")  # fmt: skip
+                    kt.assert_matches_oracle(y, want, name=f"linear_act {row} {act} {m}x{k}x{n}")
 torch.cuda.synchronize()
 print("sanitize_fused-mlp: all paths ran")
