@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import torch
 from kp_core import registry
-from kp_core.dtypes import FLOATING
-from kp_core.op import AutogradOp, Levels, as_rows, check_tensor, empty, saveable
+from kp_core.op import AutogradOp, Levels, as_rows, empty, saveable
 
 from . import reference
+from .linear import check_operands, resolve_level
 
 GATED_ACTIVATIONS = tuple(reference.GATES)  # "silu", "gelu_tanh"
 
@@ -110,22 +110,9 @@ GATED_LINEAR = AutogradOp(
 
 
 def _check(x, w, activation, bias) -> None:
-    check_tensor("gated_linear", "x", x, dtypes=FLOATING)
-    check_tensor("gated_linear", "w_gate_up", w, like=x, dtypes=FLOATING)
-    if x.dim() == 0:
-        raise ValueError("gated_linear: x must have at least one dimension (..., hidden)")
-    if w.dim() != 2 or w.shape[0] % 2 or w.shape[1] != x.shape[-1]:
-        raise ValueError(
-            f"gated_linear: w_gate_up must be [2 * intermediate, hidden={x.shape[-1]}] (the gate rows, then the "
-            f"up rows), got shape {tuple(w.shape)}"
-        )
-    if w.dtype != x.dtype:
-        raise TypeError(f"gated_linear: x is {x.dtype} but w_gate_up is {w.dtype}; give them one dtype")
-    if bias is not None:
-        check_tensor("gated_linear", "bias", bias, like=x, dtypes=FLOATING, shape=(w.shape[0],),
-                     what_shape=" (2 * intermediate: the gate's, then the up's)")  # fmt: skip
-        if bias.dtype != x.dtype:
-            raise TypeError(f"gated_linear: x is {x.dtype} but bias is {bias.dtype}; give them one dtype")
+    check_operands("gated_linear", x, w, bias, weight_name="w_gate_up", in_name="hidden", rows_multiple=2,
+                   layout="[2 * intermediate, hidden={k}] (the gate rows, then the up rows)",
+                   bias_what="2 * intermediate: the gate's, then the up's")  # fmt: skip
     if activation not in GATED_ACTIVATIONS:
         raise ValueError(
             f"gated_linear: unknown activation {activation!r}; choose one of {', '.join(GATED_ACTIVATIONS)}"
@@ -152,14 +139,7 @@ def gated_linear(
     _check(x, w_gate_up, activation, bias)
     two_i, hidden = w_gate_up.shape
     inter = two_i // 2
-    grad = torch.is_grad_enabled() and (
-        x.requires_grad or w_gate_up.requires_grad or (bias is not None and bias.requires_grad)
-    )
-    compiling = registry.is_compiling()
-    if compiling:
-        name = LEVELS.traced(backend, x.device, x.dtype, grad, inter, hidden)
-    else:
-        name = LEVELS.resolve(backend, x.device, x.dtype, grad, inter, hidden)
+    name, grad, compiling = resolve_level(LEVELS, backend, (x, w_gate_up, bias), inter, hidden)
     if name == "reference" or x.numel() == 0 or inter == 0:  # empty (M, I or H = 0): nothing to launch
         return reference.gated_linear(x, w_gate_up, bias, activation)
     rows = as_rows(x, hidden)

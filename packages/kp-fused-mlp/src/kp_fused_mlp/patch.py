@@ -94,35 +94,37 @@ def patch_mlps(model: nn.Module, *, backend: str | None = None) -> PatchReport:
     """Swap every gated MLP of `model` for a GatedMLP, in place; the kp_fused_mlp patcher of
     `kp_core.patch`. `backend` is passed to the new modules. `report.model` is the patched model
     (the replacement when `model` itself is an MLP). Everything is decided before anything is
-    changed: an error leaves the model as it was."""
+    changed: an error leaves the model as it was. A module shared by several parents gets one
+    replacement, set in each of them."""
     report = PatchReport(model=model, patchers=["kp_fused_mlp"])
-    plans, names, edges = {}, {}, [(None, "", model, "")]
-    for pname, parent in model.named_modules():
-        for cname, child in parent._modules.items():
-            if child is not None:
-                edges.append((parent, cname, child, f"{pname}.{cname}" if pname else cname))
-    for _, _, child, qname in edges:
-        if id(child) not in plans:
-            plans[id(child)] = _replacement(child, backend)
-            names[id(child)] = []
-        names[id(child)].append(qname)
-    done = set()
-    for parent, cname, child, qname in edges:
-        plan = plans[id(child)]
+    plans, where, sets = {}, {}, []  # id -> (plan, class name); id -> its names; (parent, attribute, new)
+
+    def visit(parent: nn.Module | None, attr: str, m: nn.Module, name: str) -> None:
+        first = id(m) not in plans
+        if first:
+            plans[id(m)], where[id(m)] = (_replacement(m, backend), type(m).__name__), []
+        plan = plans[id(m)][0]
+        where[id(m)].append(name)
         if isinstance(plan, GatedMLP):
-            if parent is None:
-                report.model = plan
-            else:
-                setattr(parent, cname, plan)
-        if plan is None or id(child) in done:
-            continue
-        done.add(id(child))
-        if isinstance(plan, str):
-            report.skips.append(Skip(qname, type(child).__name__, plan, "kp_fused_mlp"))
+            sets.append((parent, attr, plan))
+        elif plan is None and first:  # not an MLP: look inside it (once)
+            for cname, child in m._modules.items():
+                if child is not None:
+                    visit(m, cname, child, f"{name}.{cname}" if name else cname)
+
+    visit(None, "", model, "")
+    for parent, attr, new in sets:
+        if parent is None:
+            report.model = new
         else:
+            setattr(parent, attr, new)
+    for key, (plan, cls) in plans.items():
+        name, *aliases = where[key]
+        if isinstance(plan, str):
+            report.skips.append(Skip(name, cls, plan, "kp_fused_mlp"))
+        elif plan is not None:
             detail = f"activation={plan.activation!r}" + (", bias" if plan.gate_up_bias is not None else "")
-            report.swaps.append(Swap(qname, type(child).__name__, "kp_fused_mlp.GatedMLP", detail,
-                                     tuple(names[id(child)][1:]), "kp_fused_mlp"))  # fmt: skip
+            report.swaps.append(Swap(name, cls, "kp_fused_mlp.GatedMLP", detail, tuple(aliases), "kp_fused_mlp"))
     return report
 
 
