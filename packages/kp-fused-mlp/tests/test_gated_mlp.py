@@ -379,6 +379,22 @@ def test_gated_mlp_from_scratch_and_autocast(level, seed):
         kt.assert_matches_oracle(y, F.linear(h, mlp.down_proj.weight.double(), mlp.down_proj.bias.double()))
 
 
+def test_gated_mlp_compiles_fullgraph(level, seed):
+    """GatedMLP under torch.compile(fullgraph=True), forward and backward, at each level."""
+    backend, device = level
+    dtype = kernel_dtype(backend, device)
+    mlp = kp_fused_mlp.GatedMLP(40, 24, "gelu_tanh", device=device, dtype=dtype, backend=backend)
+    x = kt.randn((6, 40), dtype=dtype, device=device, seed=seed).requires_grad_(True)
+    y = kt.compiled(mlp, device_type=device)(x)
+    y.sum().backward()
+    eager = copy.deepcopy(mlp)
+    x2 = x.detach().clone().requires_grad_(True)
+    eager(x2).sum().backward()
+    torch.testing.assert_close(y, eager(x2.detach()))
+    torch.testing.assert_close(mlp.gate_up_weight.grad, eager.gate_up_weight.grad)
+    torch.testing.assert_close(x.grad, x2.grad)
+
+
 def test_known_hugging_face_classes_are_found_by_their_forward():
     """Every MLP class of the installed transformers whose forward is down(act(gate(x)) * up(x)),
     LlamaMLP, MistralMLP and Qwen2MLP among them, is recognised; a different forward is not."""
