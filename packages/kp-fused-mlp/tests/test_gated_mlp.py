@@ -354,7 +354,15 @@ def test_activations_and_skips(seed):
 
 
 def test_patch_through_kp_core_and_twice_is_a_no_op(seed):
+    """Through kp_core.patch when named; not registered under kp_core.patches (a plain
+    kp_core.patch(model) keeps the original Parameters, and the packed weight is a new one)."""
+    import pathlib
+
     from kp_core import patch
+
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = tomllib.loads((pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert "kp_core.patches" not in pyproject["project"]["entry-points"]
 
     model = _hf_model("mistral")
     report = patch(model, patchers={"kp_fused_mlp": kp_fused_mlp.patch_mlps}, backend="reference")

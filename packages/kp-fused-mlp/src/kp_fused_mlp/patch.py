@@ -1,4 +1,7 @@
-"""kp_fused_mlp's part of `kp_core.patch(model)`: swap a model's gated MLPs for GatedMLP, in place.
+"""Swap a model's gated MLPs for GatedMLP, in place: `replace_mlps`, and `patch_mlps`, a patcher for
+`kp_core.patch(model, patchers=[patch_mlps])`. Not registered under the `kp_core.patches` entry
+points: those swaps keep the original Parameter objects (an optimizer built before stays valid),
+and the packed gate/up weight is a new Parameter.
 
 A module is swapped when it computes down_proj(act_fn(gate_proj(x)) * up_proj(x)): its class's
 forward is that expression (compared by bytecode, so LlamaMLP, MistralMLP, Qwen2MLP and the
@@ -91,8 +94,8 @@ def _replacement(m: nn.Module, backend: str | None):
 
 
 def patch_mlps(model: nn.Module, *, backend: str | None = None) -> PatchReport:
-    """Swap every gated MLP of `model` for a GatedMLP, in place; the kp_fused_mlp patcher of
-    `kp_core.patch`. `backend` is passed to the new modules. `report.model` is the patched model
+    """Swap every gated MLP of `model` for a GatedMLP, in place; a patcher for `kp_core.patch`
+    (`patchers=[patch_mlps]`). `backend` is passed to the new modules. `report.model` is the patched model
     (the replacement when `model` itself is an MLP). Everything is decided before anything is
     changed: an error leaves the model as it was. A module shared by several parents gets one
     replacement, set in each of them."""
