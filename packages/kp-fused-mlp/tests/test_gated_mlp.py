@@ -62,13 +62,15 @@ def _skip(level, dtype, shape):
         pytest.skip("gated_linear has no cuda level yet")
 
 
-@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
-@pytest.mark.parametrize("act", ACTS)
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("shape", SHAPES + GPU_SHAPES, ids=_ID)
+CASES = [(s, d, a, b) for s in SHAPES + GPU_SHAPES for d in DTYPES for a in ACTS for b in (True, False)]
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, act, with_bias", CASES, ids=[f"{_ID(s)}-{d}-{a}-{'bias' if b else 'nobias'}" for s, d, a, b in CASES]
+)
 def test_forward_and_gradients_match_oracle(level, shape, dtype, act, with_bias, seed):
-    backend, device = level
     _skip(level, dtype, shape)
+    backend, device = level
     x, w, b = _inputs(*shape, dtype, device, seed, with_bias)
     before = [t.clone() for t in (x, w, b) if t is not None]
     want, torch_h = _oracle(x, w, b, act)
