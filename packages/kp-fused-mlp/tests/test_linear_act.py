@@ -10,6 +10,8 @@ from kp_core import BackendUnavailable, load_native, testing as kt
 import kp_fused_mlp
 from kp_fused_mlp import _cuda, linear, reference
 from kp_fused_mlp.triton import linear as triton_linear
+from mlp_helpers import kernel_dtype as _kernel_dtype
+from mlp_helpers import skip_interpreted_bf16
 
 ACTS = list(kp_fused_mlp.ACTIVATIONS)
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -23,8 +25,7 @@ GPU_SHAPES = [((1, 4096), 11008), ((7, 256), 264), ((64, 1024), 4096), ((129, 52
 
 def _skip_if_unsupported(level, dtype, shape):
     backend, device = level
-    if backend == "triton" and device == "cpu" and dtype == torch.bfloat16:
-        pytest.skip("the Triton interpreter's bf16 is unreliable")
+    skip_interpreted_bf16(level, dtype)
     if device == "cpu" and shape in GPU_SHAPES:
         pytest.skip("GPU-sized shape")
     if backend == "cuda" and (dtype == torch.float32 or shape not in GPU_SHAPES):
@@ -43,11 +44,6 @@ def _oracle(x, w, b, act):
     """(float64 result, torch's own op in x's dtype: F.linear rounded, then the activation rounded)."""
     want = reference.linear_act_fwd(x, w, b, act, acc=torch.float64, out_dtype=torch.float64)
     return want, reference.ACTIVATIONS[act](F.linear(x, w, b))
-
-
-def _kernel_dtype(backend, device):
-    """A dtype each kernel level runs here: 16-bit on a GPU, float32 under Triton's interpreter."""
-    return torch.bfloat16 if device == "cuda" and backend != "reference" else torch.float32
 
 
 @pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])

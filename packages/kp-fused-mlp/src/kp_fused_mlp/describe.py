@@ -3,8 +3,7 @@ from __future__ import annotations
 
 
 def describe_backends() -> list:
-    from . import glu, linear
+    from . import gated, glu, linear
 
-    return [f"swiglu: {line}" for line in glu.describe_backends()] + [
-        f"linear_act: {line}" for line in linear.describe_backends()
-    ]
+    families = {"swiglu": glu, "linear_act": linear, "gated_linear": gated}
+    return [f"{name}: {line}" for name, mod in families.items() for line in mod.describe_backends()]

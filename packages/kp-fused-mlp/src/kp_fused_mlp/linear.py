@@ -74,23 +74,39 @@ LINEAR_ACT = registry.define(
 # Checks and the public function
 
 
-def _check(x, weight, bias, activation) -> None:
-    check_tensor("linear_act", "x", x, dtypes=FLOATING)
-    check_tensor("linear_act", "weight", weight, like=x, dtypes=FLOATING)
+def resolve_level(levels: Levels, backend, tensors: tuple, *facts) -> tuple:
+    """(level, needs grad, compiling) of a GEMM op's call: x = tensors[0] gives the device and
+    dtype; the facts are (needs grad: any of `tensors` requires it, *facts). Resolved at trace
+    time under torch.compile."""
+    x = tensors[0]
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    if registry.is_compiling():
+        return levels.traced(backend, x.device, x.dtype, grad, *facts), grad, True
+    return levels.resolve(backend, x.device, x.dtype, grad, *facts), grad, False
+
+
+def check_operands(op: str, x, weight, bias, *, weight_name: str, in_name: str, layout: str, bias_what: str,
+                   rows_multiple: int = 1) -> None:  # fmt: skip
+    """A GEMM op's x [..., K], weight [N, K] (N a multiple of rows_multiple) and bias [N] or None:
+    tensors of one float dtype and device, or a clear TypeError/ValueError. `layout` describes
+    the weight's shape, with {k} for K."""
+    check_tensor(op, "x", x, dtypes=FLOATING)
+    check_tensor(op, weight_name, weight, like=x, dtypes=FLOATING)
     if x.dim() == 0:
-        raise ValueError("linear_act: x must have at least one dimension (..., in_features)")
-    if weight.dim() != 2 or weight.shape[1] != x.shape[-1]:
-        raise ValueError(
-            f"linear_act: weight must be [out_features, in_features={x.shape[-1]}] (nn.Linear's layout), "
-            f"got shape {tuple(weight.shape)}"
-        )
+        raise ValueError(f"{op}: x must have at least one dimension (..., {in_name})")
+    if weight.dim() != 2 or weight.shape[1] != x.shape[-1] or weight.shape[0] % rows_multiple:
+        raise ValueError(f"{op}: {weight_name} must be {layout.format(k=x.shape[-1])}, got shape {tuple(weight.shape)}")
     if weight.dtype != x.dtype:
-        raise TypeError(f"linear_act: x is {x.dtype} but weight is {weight.dtype}; give them one dtype")
+        raise TypeError(f"{op}: x is {x.dtype} but {weight_name} is {weight.dtype}; give them one dtype")
     if bias is not None:
-        check_tensor("linear_act", "bias", bias, like=x, dtypes=FLOATING, shape=(weight.shape[0],),
-                     what_shape=" (out_features)")  # fmt: skip
+        check_tensor(op, "bias", bias, like=x, dtypes=FLOATING, shape=(weight.shape[0],), what_shape=f" ({bias_what})")
         if bias.dtype != x.dtype:
-            raise TypeError(f"linear_act: x is {x.dtype} but bias is {bias.dtype}; give them one dtype")
+            raise TypeError(f"{op}: x is {x.dtype} but bias is {bias.dtype}; give them one dtype")
+
+
+def _check(x, weight, bias, activation) -> None:
+    check_operands("linear_act", x, weight, bias, weight_name="weight", in_name="in_features",
+                   layout="[out_features, in_features={k}] (nn.Linear's layout)", bias_what="out_features")  # fmt: skip
     if activation not in reference.ACTIVATIONS:
         raise ValueError(f"linear_act: unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
 
@@ -116,14 +132,7 @@ def linear_act(
     """
     _check(x, weight, bias, activation)
     n, k = weight.shape
-    grad = torch.is_grad_enabled() and (
-        x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)
-    )
-    compiling = registry.is_compiling()
-    if compiling:
-        name = LEVELS.traced(backend, x.device, x.dtype, grad, n, k)
-    else:
-        name = LEVELS.resolve(backend, x.device, x.dtype, grad, n, k)
+    name, _, compiling = resolve_level(LEVELS, backend, (x, weight, bias), n, k)
     if name == "reference" or x.numel() == 0 or n == 0:  # empty (M, N or K = 0): nothing to launch
         return reference.linear_act_fwd(x, weight, bias, activation)
     rows = as_rows(x, k)

@@ -5,6 +5,8 @@ written out, which the registered backward op runs at this level.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -85,3 +87,48 @@ def linear_act_fwd(
     """
     y = F.linear(x.to(acc), weight.to(acc), None if bias is None else bias.to(acc))
     return ACTIVATIONS[activation](y).to(out_dtype or x.dtype)
+
+
+# gated_linear: h = act(x Wg^T + bg) * (x Wu^T + bu), w = [Wg; Wu] [2I, H], bias = [bg; bu] [2I].
+GATES = {"silu": F.silu, "gelu_tanh": ACTIVATIONS["gelu_tanh"]}
+
+
+def gated_linear(x, w, bias, activation: str, *, acc: torch.dtype = torch.float32, out_dtype=None) -> torch.Tensor:
+    """The gate and up projections in `acc` (fp32 for the levels, fp64 for the oracle), the gated
+    activation, one rounding to `out_dtype` (x's). Differentiable; autocast is off inside (an fp32
+    matmul under autocast would run in 16 bits)."""
+    with torch.autocast(x.device.type, enabled=False):
+        gate, up = F.linear(x.to(acc), w.to(acc), None if bias is None else bias.to(acc)).chunk(2, dim=-1)
+        return (GATES[activation](gate) * up).to(out_dtype or x.dtype)
+
+
+def gated_linear_fwd(x, w, bias, activation: str, save_pre: bool):
+    """The registered forward at this level: (h, P = [gate_pre | up_pre] in x's dtype, or None)."""
+    with torch.autocast(x.device.type, enabled=False):
+        pre = F.linear(x.float(), w.float(), None if bias is None else bias.float())
+        gate, up = pre.chunk(2, dim=-1)
+        return (GATES[activation](gate) * up).to(x.dtype), (pre.to(x.dtype) if save_pre else None)
+
+
+def _gate_grad(g: torch.Tensor, activation: str) -> torch.Tensor:
+    """act'(g), written out (the tests check it against autograd)."""
+    if activation == "silu":
+        s = torch.sigmoid(g)
+        return s * (1 + g * (1 - s))
+    c = math.sqrt(2 / math.pi)  # gelu_tanh: 0.5 g (1 + tanh(c (g + 0.044715 g^3)))
+    t = torch.tanh(c * (g + 0.044715 * g**3))
+    return 0.5 * (1 + t) + 0.5 * g * (1 - t * t) * c * (1 + 3 * 0.044715 * g * g)
+
+
+def gated_linear_bwd(dh, x, w, pre, activation: str, need_dx: bool, need_dw: bool, need_db: bool):
+    """dP = [dh up act'(gate) | dh act(gate)] in fp32, rounded once (as the Triton level does);
+    dx = dP W, dw = dP^T x, dbias = column sums of dP."""
+    with torch.autocast(x.device.type, enabled=False):
+        gate, up = pre.float().chunk(2, dim=-1)
+        d = dh.float()
+        dpre = torch.cat([d * up * _gate_grad(gate, activation), d * GATES[activation](gate)], dim=-1)
+        dpre = dpre.to(pre.dtype).float()
+        dx = (dpre @ w.float()).to(x.dtype) if need_dx else None
+        dw = (dpre.t() @ x.float()).to(w.dtype) if need_dw else None
+        db = dpre.sum(0).to(pre.dtype) if need_db else None
+        return dx, dw, db

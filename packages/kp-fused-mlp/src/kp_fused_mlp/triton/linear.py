@@ -10,14 +10,28 @@ Calls that need gradients never reach this module: `kp_fused_mlp.linear` refuses
 """
 from __future__ import annotations
 
-import contextlib
 from typing import NamedTuple
 
 import torch
 import triton
 import triton.language as tl
+from kp_core.registry import on_device_of
 
 from .activations import apply_activation
+
+
+@triton.jit
+def swizzled_tile(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """This program's (row block, column block) on a 1-D grid. Swizzled: GROUP_M row blocks run
+    one after another on each column block, so the weight tile they share is read from HBM once
+    and from L2 by the rest. (kp_fused_mlp.triton.gated's kernel uses it too.)"""
+    pid = tl.program_id(0)
+    blocks_m = tl.cdiv(M, BLOCK_M)
+    blocks_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * blocks_n
+    first_m = (pid // per_group) * GROUP_M
+    group_m = min(blocks_m - first_m, GROUP_M)
+    return first_m + (pid % per_group) % group_m, (pid % per_group) // group_m
 
 
 @triton.jit
@@ -27,17 +41,7 @@ def _linear_act_kernel(
     HAS_BIAS: tl.constexpr, ACT: tl.constexpr, PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):  # fmt: skip
-    # Swizzle: GROUP_M row blocks run one after another on each column block, so the weight
-    # tile they share is read from HBM once and from L2 by the rest.
-    pid = tl.program_id(0)
-    blocks_m = tl.cdiv(M, BLOCK_M)
-    blocks_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * blocks_n
-    first_m = (pid // per_group) * GROUP_M
-    group_m = min(blocks_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % group_m
-    pid_n = (pid % per_group) // group_m
-
+    pid_m, pid_n = swizzled_tile(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     rm = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)  # 64-bit: M * stride may pass 2^31
     rn = pid_n.to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K).to(tl.int64)
@@ -88,27 +92,20 @@ def size_class(m: int) -> str:
     return "decode" if m <= 64 else "large"
 
 
-def _device_guard(t: torch.Tensor):
-    # Triton launches on torch's current device (and its current stream), not on the tensors':
-    # switch only when they live elsewhere (cuda:1 while cuda:0 is current), as kp-norm's level does.
-    if t.is_cuda and t.device.index != torch.cuda.current_device():
-        return torch.cuda.device(t.device)
-    return contextlib.nullcontext()
-
-
 def linear_act_fwd(x: torch.Tensor, weight: torch.Tensor, bias, activation: str, config=None) -> torch.Tensor:
     """x [M, K] (any strides), weight [N, K] (any strides), bias [N] (any stride) or None, one
-    dtype. Returns y [M, N], contiguous. `config` forces a CONFIGS row (tests)."""
+    dtype. Returns y [M, N], contiguous. `config` forces a CONFIGS row (its name, or a
+    LaunchConfig: tests, sweeps)."""
     (m, k), n = x.shape, weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0 or n == 0:
         return y
     if bias is not None:
         bias = bias.contiguous()  # the kernel reads bias[n] at B + n (a strided view, bias[::2], would not)
-    cfg = CONFIGS[config or size_class(m)]
+    cfg = config if isinstance(config, LaunchConfig) else CONFIGS[config or size_class(m)]
     fp32 = x.dtype == torch.float32
     grid = (triton.cdiv(m, cfg.block_m) * triton.cdiv(n, cfg.block_n),)
-    with _device_guard(x):
+    with on_device_of(x):
         _linear_act_kernel[grid](
             x, weight, bias, y, m, n, k,
             x.stride(0), x.stride(1), weight.stride(0), weight.stride(1), y.stride(0),
