@@ -18,22 +18,8 @@ import triton
 import triton.language as tl
 from kp_core.registry import on_device_of
 
-from .linear import SQRT_2_OVER_PI, LaunchConfig, linear_act_fwd, size_class, swizzled_tile
-
-GELU_TANH_C = tl.constexpr(0.044715)
-
-
-@triton.jit
-def _gate(g, ACT: tl.constexpr):
-    """(act(g), act'(g)) in fp32: silu, or gelu with torch's tanh approximation."""
-    if ACT == "silu":
-        s = tl.sigmoid(g)
-        return g * s, s * (1.0 + g * (1.0 - s))
-    else:  # gelu_tanh
-        u = SQRT_2_OVER_PI * (g + GELU_TANH_C * g * g * g)
-        t = 2.0 * tl.sigmoid(2.0 * u) - 1.0  # tanh(u); libdevice.tanh has no interpreter version
-        du = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_TANH_C * g * g)
-        return 0.5 * g * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * du
+from .activations import activation_and_grad
+from .linear import LaunchConfig, linear_act_fwd, size_class, swizzled_tile
 
 
 @triton.jit
@@ -69,7 +55,7 @@ def _gated_linear_kernel(
     if HAS_BIAS:
         gate += tl.load(B + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]
         up += tl.load(B + I + rn, mask=mask_n, other=0.0).to(tl.float32)[None, :]
-    act, _ = _gate(gate, ACT)
+    act, _ = activation_and_grad(gate, ACT)
     mask = mask_m[:, None] & mask_n[None, :]
     tl.store(H + rm[:, None] * I + rn[None, :], (act * up).to(H.dtype.element_ty), mask=mask)
     if SAVE_PRE:  # P [M, 2I], contiguous: gate_pre | up_pre, in h's dtype
@@ -87,7 +73,7 @@ def _gated_grad_kernel(DH, P, DP, I, stride_dh, ACT: tl.constexpr, BLOCK: tl.con
     d = tl.load(DH + row * stride_dh + c, mask=mask, other=0.0).to(tl.float32)
     g = tl.load(P + row * 2 * I + c, mask=mask, other=0.0).to(tl.float32)
     u = tl.load(P + row * 2 * I + I + c, mask=mask, other=0.0).to(tl.float32)
-    act, dact = _gate(g, ACT)
+    act, dact = activation_and_grad(g, ACT)
     tl.store(DP + row * 2 * I + c, (d * u * dact).to(DP.dtype.element_ty), mask=mask)
     tl.store(DP + row * 2 * I + I + c, (d * act).to(DP.dtype.element_ty), mask=mask)
 
