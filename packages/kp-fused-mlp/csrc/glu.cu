@@ -1,14 +1,15 @@
-// Gated linear units forward and backward, one element a thread, coalesced along the row:
-// SwiGLU (silu) and GeGLU (gelu, exact or tanh), one kernel template on the activation.
+// Gated linear units forward and backward: SwiGLU (silu) and GeGLU (gelu, exact or tanh), one
+// kernel template on the activation. Bound by memory: each thread moves 16-byte packets (8 16-bit or
+// 4 fp32 values) of every operand, so a warp's access is 512 contiguous bytes a tensor. Rows whose
+// pointers, strides or width are not 16-byte multiples take the same kernel with 1-value packets.
 //
-// Grid: x covers the columns (kThreads a block), y strides over the rows (gridDim.y <= 65535, the
-// hardware limit of that dimension). Offsets are 64-bit: rows * stride may pass 2^31.
-// A first, plain version (kp-fused-mlp 0.1.0): 16-byte packets and a persistent grid are issue 18's
-// work, measured against copy bandwidth.
+// Grid: x covers a row's packets (kThreads a block), y strides over the rows (gridDim.y <= 65535,
+// the hardware limit of that dimension). Offsets are 64-bit: rows * stride may pass 2^31.
 //
-// Instantiations, listed on purpose: 3 activations (dispatch_act) x 3 dtypes (KP_DISPATCH_DTYPE), a
-// forward and a backward kernel each: 18 small elementwise kernels.
+// Instantiations, listed on purpose: 3 activations (dispatch_act) x 3 dtypes (KP_DISPATCH_DTYPE) x
+// {16-byte, 1-value} packets, a forward and a backward kernel each: 36 small elementwise kernels.
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -65,34 +66,60 @@ template <> struct Gated<Act::kGeluTanh> {
   }
 };
 
-template <typename T, Act A>
+// V values of T moved as one packet (16 bytes when V = 16 / sizeof(T)).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Packet {
+  T v[V];
+};
+
+template <typename T, int V>
+__device__ __forceinline__ Packet<T, V> load(const T* p) {
+  return *reinterpret_cast<const Packet<T, V>*>(p);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store(T* p, const Packet<T, V>& x) {
+  *reinterpret_cast<Packet<T, V>*>(p) = x;
+}
+
+template <typename T, Act A, int V>
 __global__ void __launch_bounds__(kThreads) glu_fwd_kernel(const T* __restrict__ gate, int64_t gate_stride,
                                                            const T* __restrict__ up, int64_t up_stride,
                                                            T* __restrict__ y, int64_t rows, int64_t cols) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * V;
   if (c >= cols) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const float g = kp::to_f(gate[r * gate_stride + c]), u = kp::to_f(up[r * up_stride + c]);
-    y[r * cols + c] = kp::from_f<T>(Gated<A>::f(g) * u);
+    const Packet<T, V> g = load<T, V>(gate + r * gate_stride + c), u = load<T, V>(up + r * up_stride + c);
+    Packet<T, V> out;
+#pragma unroll
+    for (int i = 0; i < V; ++i) out.v[i] = kp::from_f<T>(Gated<A>::f(kp::to_f(g.v[i])) * kp::to_f(u.v[i]));
+    store<T, V>(y + r * cols + c, out);
   }
 }
 
 // d/dg [act(g) u] = u act'(g),  d/du = act(g). dgate and dup share a row stride: separate
 // [rows, cols] tensors (cols) or the halves of one packed [rows, 2 * cols] gradient (2 * cols).
-template <typename T, Act A>
+template <typename T, Act A, int V>
 __global__ void __launch_bounds__(kThreads) glu_bwd_kernel(const T* __restrict__ dy, int64_t dy_stride,
                                                            const T* __restrict__ gate, int64_t gate_stride,
                                                            const T* __restrict__ up, int64_t up_stride,
                                                            T* __restrict__ dgate, T* __restrict__ dup,
                                                            int64_t out_stride, int64_t rows, int64_t cols) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * V;
   if (c >= cols) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const float d = kp::to_f(dy[r * dy_stride + c]);
-    const float g = kp::to_f(gate[r * gate_stride + c]), u = kp::to_f(up[r * up_stride + c]);
-    const float2 fd = Gated<A>::f_df(g);
-    dgate[r * out_stride + c] = kp::from_f<T>(d * u * fd.y);
-    dup[r * out_stride + c] = kp::from_f<T>(d * fd.x);
+    const Packet<T, V> d = load<T, V>(dy + r * dy_stride + c);
+    const Packet<T, V> g = load<T, V>(gate + r * gate_stride + c), u = load<T, V>(up + r * up_stride + c);
+    Packet<T, V> dg, du;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float df = kp::to_f(d.v[i]);
+      const float2 fd = Gated<A>::f_df(kp::to_f(g.v[i]));
+      dg.v[i] = kp::from_f<T>(df * kp::to_f(u.v[i]) * fd.y);
+      du.v[i] = kp::from_f<T>(df * fd.x);
+    }
+    store<T, V>(dgate + r * out_stride + c, dg);
+    store<T, V>(dup + r * out_stride + c, du);
   }
 }
 
@@ -112,8 +139,20 @@ void dispatch_act(int act, F&& f) {
   }
 }
 
-dim3 grid_for(int64_t rows, int64_t cols) {
-  return dim3(static_cast<unsigned>(kp::cdiv(cols, kThreads)), static_cast<unsigned>(std::min(rows, kMaxGridY)));
+dim3 grid_for(int64_t rows, int64_t cols, int vec) {
+  return dim3(static_cast<unsigned>(kp::cdiv(kp::cdiv(cols, vec), kThreads)),
+              static_cast<unsigned>(std::min(rows, kMaxGridY)));
+}
+
+// 16-byte packets when every pointer, row stride and the width allow them.
+bool packets_fit(const GluArgs& a, bool bwd, int elem_bytes) {
+  const int64_t v = 16 / elem_bytes;
+  auto ok = [&](const void* p, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (a.rows <= 1 || stride % v == 0);
+  };
+  bool fit = a.cols % v == 0 && ok(a.gate, a.gate_stride) && ok(a.up, a.up_stride) && ok(a.out, bwd ? a.out_stride : a.cols);
+  if (bwd) fit = fit && ok(a.dy, a.dy_stride) && ok(a.out2, a.out_stride);
+  return fit;
 }
 
 void check(const GluArgs& a, bool bwd) {
@@ -141,30 +180,40 @@ void run(const GluArgs& a, bool bwd, int device, F&& f) {
   check(a, bwd);
   if (a.rows == 0 || a.cols == 0) return;
   kp::DeviceGuard guard(device);
-  KP_DISPATCH_DTYPE(a.dtype, T, { dispatch_act(a.act, [&](auto act) { f(T{}, act); }); })
+  KP_DISPATCH_DTYPE(a.dtype, T, {
+    const bool packets = packets_fit(a, bwd, sizeof(T));
+    dispatch_act(a.act, [&](auto act) {
+      if (packets)
+        f(T{}, act, std::integral_constant<int, 16 / sizeof(T)>{});
+      else
+        f(T{}, act, std::integral_constant<int, 1>{});
+    });
+  })
 }
 
 }  // namespace
 
 void glu_fwd(const GluArgs& a, int device, cudaStream_t stream) {
-  run(a, false, device, [&](auto t, auto act) {
+  run(a, false, device, [&](auto t, auto act, auto vec) {
     using T = decltype(t);
-    kp::launch(glu_fwd_kernel<T, decltype(act)::value>, device, grid_for(a.rows, a.cols), dim3(kThreads), 0, stream,
+    constexpr int V = decltype(vec)::value;
+    kp::launch(glu_fwd_kernel<T, decltype(act)::value, V>, device, grid_for(a.rows, a.cols, V), dim3(kThreads), 0, stream,
                1, static_cast<const T*>(a.gate), a.gate_stride, static_cast<const T*>(a.up), a.up_stride,
                static_cast<T*>(a.out), a.rows, a.cols);
   });
 }
 
 void glu_bwd(const GluArgs& a, int device, cudaStream_t stream) {
-  run(a, true, device, [&](auto t, auto act) {
+  run(a, true, device, [&](auto t, auto act, auto vec) {
     using T = decltype(t);
-    kp::launch(glu_bwd_kernel<T, decltype(act)::value>, device, grid_for(a.rows, a.cols), dim3(kThreads), 0, stream,
+    constexpr int V = decltype(vec)::value;
+    kp::launch(glu_bwd_kernel<T, decltype(act)::value, V>, device, grid_for(a.rows, a.cols, V), dim3(kThreads), 0, stream,
                1, static_cast<const T*>(a.dy), a.dy_stride, static_cast<const T*>(a.gate), a.gate_stride,
                static_cast<const T*>(a.up), a.up_stride, static_cast<T*>(a.out), static_cast<T*>(a.out2),
                a.out_stride, a.rows, a.cols);
   });
 }
 
-const void* probe_kernel() { return reinterpret_cast<const void*>(glu_fwd_kernel<float, Act::kSilu>); }
+const void* probe_kernel() { return reinterpret_cast<const void*>(glu_fwd_kernel<float, Act::kSilu, 1>); }
 
 }  // namespace kp_fused_mlp
