@@ -12,6 +12,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <string>
 
 #include "kp/dtype.cuh"
@@ -35,14 +36,14 @@ struct Sm90Gemm {
   static int threads();         // its CTA size (a producer warpgroup + consumers)
 };
 
-// Whether this module carries sm_90a machine code (KP_SASS_ARCH_NAMES from the generated archs.h).
+// Whether this module carries sm_90a machine code. KP_SASS_ARCH_NAMES (the generated archs.h) is an
+// initializer list of strings: "80", "86", "89", "90a" for the default build.
 inline bool built_for_sm90a() {
 #ifdef KP_SASS_ARCH_NAMES
-  const std::string names = std::string(" ") + KP_SASS_ARCH_NAMES + " ";
-  return names.find(" 90a ") != std::string::npos;
-#else
-  return false;
+  for (const char* name : {KP_SASS_ARCH_NAMES})
+    if (std::string(name) == "90a") return true;
 #endif
+  return false;
 }
 
 // "" when `device` can run the sm90a GEMM of this module, else why not.
