@@ -44,6 +44,17 @@ PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 TORCH = os.environ.get("KP_TORCH", "2.13.0").split(",")
 ZIGLANG = "ziglang==0.17.1"  # KP_MANYLINUX's glibc stubs (tools/manylinux.py checks what it makes)
 
+# Build requirements beyond the tools every package needs, pinned in the packages' own
+# pyproject.toml (kp-fused-mlp: the CUTLASS headers of nvidia-cutlass), for the builds without
+# isolation below. Only the headers are used: the test sessions install it --no-deps (its Python
+# dependencies, cuda-python, scipy, ..., serve NVIDIA's GEMM generator); `python -m build
+# --no-isolation` checks build requirements with their dependencies, so `build` takes them all.
+EXTRA_BUILD_REQUIRES = sorted({
+    m.group(1)
+    for p in PACKAGES
+    for m in re.finditer(r'"(nvidia-cutlass==[^"]+)"', (ROOT / "packages" / p / "pyproject.toml").read_text())
+})
+
 nox.options.sessions = ["test-3.11"]
 nox.options.reuse_existing_virtualenvs = True
 
@@ -58,6 +69,8 @@ def _install_torch(session: nox.Session, torch_version: str) -> None:
 def _install_kp(session: nox.Session) -> None:
     """Build and install every package from source, the way a user's `pip install` would."""
     session.install("scikit-build-core>=0.11", "pybind11>=2.12", "cmake>=3.26", "ninja")
+    if EXTRA_BUILD_REQUIRES:
+        session.install("--no-deps", *EXTRA_BUILD_REQUIRES)
     # No build isolation: the packages build against the tools just installed, offline-friendly.
     session.install("--no-build-isolation", "--no-deps", *[str(ROOT / "packages" / p) for p in PACKAGES])
 
@@ -122,7 +135,7 @@ def build(session: nox.Session) -> None:
         variants = cuda_toolkit.parse(os.environ.get("KP_CUDA"))
     except ValueError as e:
         session.error(str(e))
-    session.install("build", "scikit-build-core>=0.11", "pybind11>=2.12", "cmake>=3.26", "ninja")
+    session.install("build", "scikit-build-core>=0.11", "pybind11>=2.12", "cmake>=3.26", "ninja", *EXTRA_BUILD_REQUIRES)
     manylinux = _glibc_stubs(session)
     kinds = ["--wheel"] if "--no-sdist" in session.posargs else ["--sdist", "--wheel"]
     for variant in variants:

@@ -11,6 +11,8 @@
 # KP_GIT_REV: the revision the reports should name, when this machine's .git is a stale copy.
 # No build on the device: put a kp-norm wheel built on the CPU machine (see packages/kp-norm/tools/ab_wheels.sh)
 # into KP_WHEELS and leave out `build`; kp-core (pure Python) is then installed from the tree.
+# Building kp-fused-mlp there needs the CUTLASS headers of its pinned nvidia-cutlass wheel: put that
+# wheel (`pip download --no-deps nvidia-cutlass==4.2.0.0`) into KP_WHEELS too (installed --no-deps).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${KP_OUT:-$ROOT/.gpu-check}

@@ -1,9 +1,17 @@
-# kp_add_extension(<target> [MODULE_NAME <name>] SOURCES <files...> INSTALL_DIR <python package dir>)
+# kp_add_extension(<target> [MODULE_NAME <name>] [CUTLASS] SOURCES <files...> INSTALL_DIR <python package dir>)
 #
 # The one way a kp package builds its native module. <target> is the CMake target, unique across
 # the monorepo's combined build (kp_norm_C); MODULE_NAME the Python module's name (default _C):
 # a pybind11 module of CUDA + C++ sources that links the CUDA runtime statically and NOT libtorch,
 # so one wheel serves every torch version.
+#
+# CUTLASS (opt-in): the module's sources may include the CUTLASS 3.x / CuTe headers (kp/gemm/*.cuh
+# builds on them). They come from the PyPI wheel `nvidia-cutlass` (headers only are used: its
+# cutlass_library/source/include), which the package pins in its build-system.requires; found
+# through the build's Python (no import: the wheel's Python deps need not be installed), or from
+# KP_CUTLASS_INCLUDE_DIR (environment variable, else CMake cache variable: a folder holding cute/
+# and cutlass/, e.g. a CUTLASS checkout's include/). Added as system includes (their warnings are
+# not ours). See kp_find_cutlass below.
 #
 # GPU architectures come from KP_CUDA_ARCHS (environment variable, else CMake cache variable), a
 # ';' or ',' separated list. An entry "80" or "90a" means machine code (SASS) for that SM; an entry
@@ -49,7 +57,7 @@ macro(kp_enable_cuda package)
 endmacro()
 
 function(kp_add_extension target)
-  cmake_parse_arguments(ARG "" "INSTALL_DIR;MODULE_NAME" "SOURCES" ${ARGN})
+  cmake_parse_arguments(ARG "CUTLASS" "INSTALL_DIR;MODULE_NAME" "SOURCES" ${ARGN})
   if(NOT ARG_MODULE_NAME)
     set(ARG_MODULE_NAME _C)
   endif()
@@ -112,6 +120,10 @@ function(kp_add_extension target)
     CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
     CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
   target_include_directories(${target} PRIVATE "${KP_SHARED_CUDA_DIR}/include" ${CUDAToolkit_INCLUDE_DIRS})
+  if(ARG_CUTLASS)
+    kp_find_cutlass(${target} cutlass_include)
+    target_include_directories(${target} SYSTEM PRIVATE "${cutlass_include}")
+  endif()
   # The arch lists for kp/py_module.h, as a generated header: a comma list passed as -D reaches
   # nvcc's own option parser, which splits it at the commas (80,86 -> "macro names must be
   # identifiers"). Written only when it changes, so a reconfigure rebuilds nothing.
@@ -124,6 +136,53 @@ function(kp_add_extension target)
     $<$<COMPILE_LANGUAGE:CXX>:-O3>)
   kp_manylinux_link(${target})
   install(TARGETS ${target} LIBRARY DESTINATION "${ARG_INSTALL_DIR}")
+endfunction()
+
+# kp_find_cutlass(<target> <out_var>): the include folder of the CUTLASS 3.x / CuTe headers, or a
+# FATAL_ERROR that says what to install. KP_CUTLASS_INCLUDE_DIR (environment, else cache variable)
+# wins; else the `nvidia-cutlass` wheel of the build's Python (pip's build environment, or the
+# environment of a --no-build-isolation build), located with importlib.util.find_spec: importing
+# cutlass_library would run its generator modules and need the wheel's Python dependencies.
+set(KP_CUTLASS_MIN_VERSION 3.5)  # sm90 CollectiveBuilders with epilogue visitor trees
+function(kp_find_cutlass target out_var)
+  if(DEFINED ENV{KP_CUTLASS_INCLUDE_DIR} AND NOT "$ENV{KP_CUTLASS_INCLUDE_DIR}" STREQUAL "")
+    set(dir "$ENV{KP_CUTLASS_INCLUDE_DIR}")
+    set(from "KP_CUTLASS_INCLUDE_DIR")
+  elseif(KP_CUTLASS_INCLUDE_DIR)
+    set(dir "${KP_CUTLASS_INCLUDE_DIR}")
+    set(from "KP_CUTLASS_INCLUDE_DIR")
+  else()
+    set(find [=[
+import importlib.util, os
+spec = importlib.util.find_spec("cutlass_library")
+if spec and spec.submodule_search_locations:
+    print(os.path.join(list(spec.submodule_search_locations)[0], "source", "include"), end="")
+]=])
+    execute_process(COMMAND "${Python_EXECUTABLE}" -c "${find}" OUTPUT_VARIABLE dir ERROR_VARIABLE err
+                    RESULT_VARIABLE rc)
+    set(from "the nvidia-cutlass wheel of ${Python_EXECUTABLE}")
+  endif()
+  if(NOT dir OR NOT EXISTS "${dir}/cute/tensor.hpp" OR NOT EXISTS "${dir}/cutlass/version.h")
+    message(FATAL_ERROR
+      "kp: ${target} needs the CUTLASS 3.x / CuTe headers and found none (${from}: '${dir}'). "
+      "Install NVIDIA's PyPI package `nvidia-cutlass` (the version this package pins in its pyproject.toml "
+      "build-system.requires, e.g. `pip install --no-deps nvidia-cutlass==4.2.0.0`) into the Python that builds "
+      "(pip's isolated builds install it themselves; --no-build-isolation builds need it installed), or set "
+      "KP_CUTLASS_INCLUDE_DIR to a folder holding cute/ and cutlass/.")
+  endif()
+  file(STRINGS "${dir}/cutlass/version.h" lines REGEX "^#define CUTLASS_(MAJOR|MINOR|PATCH) [0-9]+")
+  set(version "")
+  foreach(part MAJOR MINOR PATCH)
+    string(REGEX MATCH "CUTLASS_${part} ([0-9]+)" _ "${lines}")
+    list(APPEND version "${CMAKE_MATCH_1}")
+  endforeach()
+  string(REPLACE ";" "." version "${version}")
+  if(version VERSION_LESS KP_CUTLASS_MIN_VERSION)
+    message(FATAL_ERROR "kp: ${target} needs CUTLASS >= ${KP_CUTLASS_MIN_VERSION}, found ${version} in ${dir} "
+                        "(${from}); install the nvidia-cutlass version this package pins")
+  endif()
+  message(STATUS "kp: ${target} uses CUTLASS ${version} from ${dir}")
+  set(${out_var} "${dir}" PARENT_SCOPE)
 endfunction()
 
 # The manylinux link of a module (KP_GLIBC_STUBS, see the top of this file); nothing without it.

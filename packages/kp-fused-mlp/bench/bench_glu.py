@@ -1,10 +1,11 @@
-"""kp-fused-mlp benchmarks: SwiGLU forward and backward at transformer MLP sizes.
+"""kp-fused-mlp benchmarks: SwiGLU and GeGLU (tanh, Gemma's) forward and backward at transformer MLP sizes.
 
     python packages/kp-fused-mlp/bench/bench_glu.py [--quick] [--filter SUBSTR] [--out DIR] [--no-plot]
 
-Impls: kp-cuda and kp-triton (forced backends), torch (F.silu(gate) * up, eager), torch.compile
-(of the same expression in fp32, rounded once: what a user gets compiling their own), and Liger's
-SwiGLU when installed. bf16; gate and up are the halves of one packed [tokens, 2 * intermediate]
+Impls: kp-cuda and kp-triton (forced backends) on the two halves, kp-cuda-packed on the packed
+tensor itself (one packed gradient), torch (F.silu(gate) * up, eager), torch.compile (of the same
+expression in fp32, rounded once: what a user gets compiling their own), and Liger's SwiGLU when
+installed (swiglu only). bf16; gate and up are the halves of one packed [tokens, 2 * intermediate]
 tensor, as a fused gate-up projection writes them. Memory-bound: the ceiling is copy bandwidth.
 """
 from __future__ import annotations
@@ -31,6 +32,21 @@ def ref_swiglu(gate, up):  # the torch.compile baseline: fp32 math, one rounding
     return (F.silu(gate.float()) * up.float()).to(gate.dtype)
 
 
+def ref_geglu_tanh(gate, up):
+    return (F.gelu(gate.float(), approximate="tanh") * up.float()).to(gate.dtype)
+
+
+def _geglu_tanh(*args, **kwargs):
+    return kp_fused_mlp.geglu(*args, approximate="tanh", **kwargs)
+
+
+# op: (kp's function, torch eager, the torch.compile baseline)
+OPS = {
+    "swiglu": (kp_fused_mlp.swiglu, lambda g, u: F.silu(g) * u, ref_swiglu),
+    "geglu_tanh": (_geglu_tanh, lambda g, u: F.gelu(g, approximate="tanh") * u, ref_geglu_tanh),
+}
+
+
 @functools.cache
 def _compiled(fn):
     return torch.compile(fn, dynamic=False)
@@ -42,55 +58,68 @@ def _liger(gate, up):
     return LigerSiLUMulFunction.apply(gate, up)
 
 
-def _impls():
-    return {
-        "kp-cuda": lambda g, u: kp_fused_mlp.swiglu(g, u, backend="cuda"),
-        "kp-triton": lambda g, u: kp_fused_mlp.swiglu(g, u, backend="triton"),
-        "torch": lambda g, u: F.silu(g) * u,
-        "torch.compile": lambda g, u: _compiled(ref_swiglu)(g, u),
-        "liger": _liger,
+def _impls(op):
+    """Impls on (gate, up) halves; kp-cuda-packed on the packed tensor (up None)."""
+    fn, eager, ref = OPS[op]
+    impls = {
+        "kp-cuda": lambda g, u: fn(g, u, backend="cuda"),
+        "kp-cuda-packed": lambda gate_up, _: fn(gate_up, backend="cuda"),
+        "kp-triton": lambda g, u: fn(g, u, backend="triton"),
+        "torch": eager,
+        "torch.compile": lambda g, u: _compiled(ref)(g, u),
     }
+    if op == "swiglu":
+        impls["liger"] = _liger
+    return impls
 
 
 def _grad(y, wrt, dy):
     return torch.autograd.grad(y, wrt, dy, retain_graph=True)
 
 
-def _backward(forward):
+def _args(gate_up, name):
+    """An impl's arguments: the two halves of gate_up, or (kp-cuda-packed) the packed tensor itself."""
+    if name.endswith("-packed"):
+        return gate_up, None
+    h = gate_up.shape[-1] // 2
+    return gate_up[:, :h], gate_up[:, h:]
+
+
+def _backward(forward, name):
     """Time only the backward: the forward graph is built once per input set, untimed."""
     def setup(gate_up, dy):
-        h = gate_up.shape[-1] // 2
-        return forward(gate_up[:, :h], gate_up[:, h:]), (gate_up,), dy
+        return forward(*_args(gate_up, name)), (gate_up,), dy
     return bench.Impl(run=_grad, setup=setup)
 
 
-def _halves(fn):
+def _forward(fn, name):
     def call(gate_up):
-        h = gate_up.shape[-1] // 2
-        return fn(gate_up[:, :h], gate_up[:, h:])
+        return fn(*_args(gate_up, name))
     return call
 
 
 def cases(quick: bool, device: str):
     shapes = CPU_SHAPES if device == "cpu" else QUICK_SHAPES if quick else SHAPES
-    for tokens, inter in shapes:
-        n = tokens * inter
-        params = {"tokens": tokens, "intermediate": inter, "dtype": "bf16"}
+    for op in OPS:
+        for tokens, inter in shapes:
+            n = tokens * inter
+            params = {"tokens": tokens, "intermediate": inter, "dtype": "bf16"}
+            impls = _impls(op)
 
-        def make(tokens=tokens, inter=inter):
-            return (torch.randn(tokens, 2 * inter, device=device, dtype=DTYPE),)
-        yield bench.Case(
-            op="swiglu_fwd", label=f"{tokens}x{inter}", params=params, make_inputs=make,
-            bytes=3 * n * BF16,  # gate, up read; y written
-            ceiling="copy", impls={k: _halves(f) for k, f in _impls().items()})
+            def make(tokens=tokens, inter=inter):
+                return (torch.randn(tokens, 2 * inter, device=device, dtype=DTYPE),)
+            yield bench.Case(
+                op=f"{op}_fwd", label=f"{tokens}x{inter}", params=params, make_inputs=make,
+                bytes=3 * n * BF16,  # gate, up read; y written
+                ceiling="copy", impls={k: _forward(f, k) for k, f in impls.items()})
 
-        def make_bwd(tokens=tokens, inter=inter):
-            gate_up = torch.randn(tokens, 2 * inter, device=device, dtype=DTYPE, requires_grad=True)
-            return gate_up, torch.randn(tokens, inter, device=device, dtype=DTYPE)
-        yield bench.Case(
-            op="swiglu_bwd", label=f"{tokens}x{inter}", params=params, make_inputs=make_bwd,
-            bytes=5 * n * BF16,  # dy, gate, up read; dgate, dup written
-            ceiling="copy", impls={k: _backward(f) for k, f in _impls().items()})
+            def make_bwd(tokens=tokens, inter=inter):
+                gate_up = torch.randn(tokens, 2 * inter, device=device, dtype=DTYPE, requires_grad=True)
+                return gate_up, torch.randn(tokens, inter, device=device, dtype=DTYPE)
+            yield bench.Case(
+                op=f"{op}_bwd", label=f"{tokens}x{inter}", params=params, make_inputs=make_bwd,
+                bytes=5 * n * BF16,  # dy, gate, up read; dgate, dup written
+                ceiling="copy", impls={k: _backward(f, k) for k, f in impls.items()})
 
 
 if __name__ == "__main__":

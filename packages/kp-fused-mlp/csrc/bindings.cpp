@@ -4,38 +4,62 @@
 
 #include <cstdint>
 
+#include "glu.cuh"
 #include "kp/py_module.h"
-#include "swiglu.cuh"
+#include "linear_act.cuh"
 
 namespace py = pybind11;
-using kp_fused_mlp::SwigluArgs;
+using kp_fused_mlp::GluArgs;
 
 using kp::py_ptr;
 using kp::py_stream;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "kp-fused-mlp native CUDA kernels (SwiGLU)";
+  m.doc() = "kp-fused-mlp native CUDA kernels (SwiGLU, GeGLU; linear + bias + activation on an sm90a GEMM)";
   kp::add_common(m, kp_fused_mlp::probe_kernel());
 
   m.def(
-      "swiglu_fwd",
+      "glu_fwd",
       [](uintptr_t gate, int64_t gate_stride, uintptr_t up, int64_t up_stride, uintptr_t y, int64_t rows,
-         int64_t cols, int dtype, int device, uintptr_t stream) {
-        SwigluArgs a{py_ptr(gate), gate_stride, py_ptr(up), up_stride, nullptr, 0, py_ptr<void*>(y), nullptr, rows, cols, dtype};
-        kp_fused_mlp::swiglu_fwd(a, device, py_stream(stream));
+         int64_t cols, int act, int dtype, int device, uintptr_t stream) {
+        GluArgs a{py_ptr(gate), gate_stride, py_ptr(up), up_stride, nullptr, 0, py_ptr<void*>(y), nullptr, cols,
+                  rows,         cols,        dtype,      act};
+        kp_fused_mlp::glu_fwd(a, device, py_stream(stream));
       },
       py::arg("gate"), py::arg("gate_stride"), py::arg("up"), py::arg("up_stride"), py::arg("y"), py::arg("rows"),
-      py::arg("cols"), py::arg("dtype"), py::arg("device"), py::arg("stream"),
-      "y = silu(gate) * up over [rows, cols]; y contiguous");
+      py::arg("cols"), py::arg("act"), py::arg("dtype"), py::arg("device"), py::arg("stream"),
+      "y = act(gate) * up over [rows, cols] (act: kp::gemm::Act code, silu, gelu or gelu_tanh); y contiguous");
   m.def(
-      "swiglu_bwd",
+      "glu_bwd",
       [](uintptr_t dy, int64_t dy_stride, uintptr_t gate, int64_t gate_stride, uintptr_t up, int64_t up_stride,
-         uintptr_t dgate, uintptr_t dup, int64_t rows, int64_t cols, int dtype, int device, uintptr_t stream) {
-        SwigluArgs a{py_ptr(gate), gate_stride, py_ptr(up), up_stride, py_ptr(dy), dy_stride, py_ptr<void*>(dgate), py_ptr<void*>(dup),
-                     rows,       cols,        dtype};
-        kp_fused_mlp::swiglu_bwd(a, device, py_stream(stream));
+         uintptr_t dgate, uintptr_t dup, int64_t out_stride, int64_t rows, int64_t cols, int act, int dtype,
+         int device, uintptr_t stream) {
+        GluArgs a{py_ptr(gate),         gate_stride, py_ptr(up), up_stride, py_ptr(dy), dy_stride,
+                  py_ptr<void*>(dgate), py_ptr<void*>(dup), out_stride, rows, cols, dtype, act};
+        kp_fused_mlp::glu_bwd(a, device, py_stream(stream));
       },
       py::arg("dy"), py::arg("dy_stride"), py::arg("gate"), py::arg("gate_stride"), py::arg("up"),
-      py::arg("up_stride"), py::arg("dgate"), py::arg("dup"), py::arg("rows"), py::arg("cols"), py::arg("dtype"),
-      py::arg("device"), py::arg("stream"), "dgate, dup of y = silu(gate) * up; outputs contiguous");
+      py::arg("up_stride"), py::arg("dgate"), py::arg("dup"), py::arg("out_stride"), py::arg("rows"),
+      py::arg("cols"), py::arg("act"), py::arg("dtype"), py::arg("device"), py::arg("stream"),
+      "dgate, dup of y = act(gate) * up; both with row stride out_stride (the halves of one packed gradient: "
+      "2 * cols)");
+
+  m.def(
+      "linear_act",
+      [](uintptr_t x, int64_t x_stride, uintptr_t w, int64_t w_stride, uintptr_t bias, uintptr_t y, int64_t m_,
+         int64_t n, int64_t k, int dtype, int act, int config, int device, uintptr_t stream) {
+        kp_fused_mlp::LinearActArgs a{py_ptr(x), x_stride, py_ptr(w), w_stride, py_ptr(bias), py_ptr<void*>(y),
+                                      m_, n, k, dtype, act};
+        kp_fused_mlp::linear_act(a, config, device, py_stream(stream));
+      },
+      py::arg("x"), py::arg("x_stride"), py::arg("w"), py::arg("w_stride"), py::arg("bias"), py::arg("y"),
+      py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"), py::arg("act"), py::arg("config"),
+      py::arg("device"), py::arg("stream"),
+      "y[m, n] = act(x[m, k] @ w[n, k]^T + bias[n]) (bias 0: none; act: kp::gemm::Act code; config: a GEMM "
+      "table row, -1: the table's pick); y contiguous");
+  m.def("gemm_configs", &kp_fused_mlp::gemm_config_names, "the rows of the GEMM table (csrc/gemm_table.h)");
+  m.def("gemm_plan", &kp_fused_mlp::gemm_plan, py::arg("m"), py::arg("n"), py::arg("k"),
+        "the GEMM table row a call of this shape gets");
+  m.def("gemm_device_problem", &kp_fused_mlp::gemm_device_problem, py::arg("device"),
+        "'' when the device can run linear_act's sm90a GEMM, else why not");
 }

@@ -17,6 +17,7 @@ def _runnable():
     yield "adding-an-op: Try it", _python_blocks(page.split("## Try it", 1)[1])[0]
     readme = (PACKAGE / "README.md").read_text()
     yield "README: Use", _python_blocks(readme.split("## Use", 1)[1])[0]
+    yield "README: Gated MLP", _python_blocks(readme.split("## Gated MLP", 1)[1])[0]
 
 
 @pytest.mark.parametrize("name, code", list(_runnable()), ids=lambda v: v if isinstance(v, str) and ":" in v else "")

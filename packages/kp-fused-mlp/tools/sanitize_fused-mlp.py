@@ -1,6 +1,7 @@
-"""What compute-sanitizer (memcheck, racecheck) runs over kp-fused-mlp's CUDA kernels: every dtype,
-odd and real sizes, strided rows and packed halves, forward and backward, each checked against
-float64 (tools/gpu_check.sh sanitize)."""
+"""What compute-sanitizer (memcheck, racecheck) runs over kp-fused-mlp's CUDA kernels: every dtype
+and gated activation (swiglu, geglu exact and tanh), odd and real sizes, strided rows and packed
+halves, forward and backward, each checked against float64; and linear_act's sm90 GEMM, every row
+of its table with each epilogue, on shapes with M, N and K tails (tools/gpu_check.sh sanitize)."""
 import torch
 import torch.nn.functional as F
 from kp_core import testing as kt
@@ -8,20 +9,46 @@ from kp_core import testing as kt
 import kp_fused_mlp
 
 SHAPES = [(1, 1), (3, 5), (7, 130), (1, 4096), (65, 11008), (3, 14336)]
+OPS = {
+    "swiglu": (kp_fused_mlp.swiglu, F.silu),
+    "geglu": (kp_fused_mlp.geglu, F.gelu),
+    "geglu_tanh": (lambda *a, **k: kp_fused_mlp.geglu(*a, approximate="tanh", **k),
+                   lambda t: F.gelu(t, approximate="tanh")),
+}  # fmt: skip
 
-for dtype in (torch.float32, torch.float16, torch.bfloat16):
-    for rows, cols in SHAPES:
-        for packed in (False, True):
-            base = kt.randn((rows, 2 * cols + 3), dtype=dtype, device="cuda", seed=rows * cols)
-            gate_up = base[:, : 2 * cols].detach().requires_grad_(True)  # row stride 2 * cols + 3
-            gate, up = gate_up[:, :cols], gate_up[:, cols:]
-            y = kp_fused_mlp.swiglu(gate_up, backend="cuda") if packed else kp_fused_mlp.swiglu(gate, up, backend="cuda")
-            dy = kt.randn((rows, cols), dtype=dtype, device="cuda", seed=7)
-            y.backward(dy)
-            g64, u64 = gate.detach().double(), up.detach().double()
-            kt.assert_matches_oracle(y, F.silu(g64) * u64, name="y")
-            s = torch.sigmoid(g64)
-            want = torch.cat([dy.double() * u64 * s * (1 + g64 * (1 - s)), dy.double() * g64 * s], dim=1)
-            kt.assert_matches_oracle(gate_up.grad, want, name="dgate_up")
+for name, (fn, act) in OPS.items():
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for rows, cols in SHAPES:
+            for packed in (False, True):
+                base = kt.randn((rows, 2 * cols + 3), dtype=dtype, device="cuda", seed=rows * cols)
+                gate_up = base[:, : 2 * cols].detach().requires_grad_(True)  # row stride 2 * cols + 3
+                gate, up = gate_up[:, :cols], gate_up[:, cols:]
+                y = fn(gate_up, backend="cuda") if packed else fn(gate, up, backend="cuda")
+                dy = kt.randn((rows, cols), dtype=dtype, device="cuda", seed=7)
+                y.backward(dy)
+                x64 = gate_up.detach().double().requires_grad_(True)
+                y64 = act(x64[:, :cols]) * x64[:, cols:]
+                (want,) = torch.autograd.grad(y64, x64, dy.double())
+                # gelu's (1 + erf) / 2 has an absolute error: floor the denominators (kt.rel_error's
+                # scale) by the terms |gate| |up|, |dy| |up| and |dy| |gate| (tests/test_glu.py's _floors).
+                a, d = x64.detach().abs(), dy.double().abs()
+                floors = (a[:, :cols] * a[:, cols:], torch.cat([d * a[:, cols:], d * a[:, :cols]], dim=1))
+                y_floor, d_floor = (0.0, 0.0) if name == "swiglu" else (f.norm().item() for f in floors)
+                kt.assert_matches_oracle(y, y64, scale=y_floor, name=f"{name} y")
+                kt.assert_matches_oracle(gate_up.grad, want, scale=d_floor, name=f"{name} dgate_up")
+from kp_fused_mlp import _cuda, reference  # noqa: E402
+
+if not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64):  # an sm_90 GPU
+    for config, row in enumerate(_cuda.NATIVE.module.gemm_configs()):
+        for dtype in (torch.float16, torch.bfloat16):
+            for m, k, n in [(1, 64, 128), (77, 200, 264), (130, 1032, 520)]:  # tails of every tile
+                x = kt.randn((m, k), dtype=dtype, device="cuda", seed=m)
+                w = kt.randn((n, k), dtype=dtype, device="cuda", seed=n) / k**0.5
+                b = kt.randn((n,), dtype=dtype, device="cuda", seed=k)
+                for bias, act in ((None, "none"), (b, "silu"), (None, "gelu_tanh"), (b, "gelu")):
+                    y = _cuda.linear_act_fwd(x, w, bias, act, config=config)
+                    z = x.double() @ w.double().t() + (0 if bias is None else bias.double())
+                    want = reference.ACTIVATIONS[act](z)
+                    kt.assert_matches_oracle(y, want, name=f"linear_act {row} {act} {m}x{k}x{n}")
 torch.cuda.synchronize()
 print("sanitize_fused-mlp: all paths ran")

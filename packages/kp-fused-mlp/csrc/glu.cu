@@ -1,0 +1,219 @@
+// Gated linear units forward and backward: SwiGLU (silu) and GeGLU (gelu, exact or tanh), one
+// kernel template on the activation. Bound by memory: each thread moves 16-byte packets (8 16-bit or
+// 4 fp32 values) of every operand, so a warp's access is 512 contiguous bytes a tensor. Rows whose
+// pointers, strides or width are not 16-byte multiples take the same kernel with 1-value packets.
+//
+// Grid: x covers a row's packets (kThreads a block), y strides over the rows (gridDim.y <= 65535,
+// the hardware limit of that dimension). Offsets are 64-bit: rows * stride may pass 2^31.
+//
+// Instantiations, listed on purpose: 3 activations (dispatch_act) x 3 dtypes (KP_DISPATCH_DTYPE) x
+// {16-byte, 1-value} packets, a forward and a backward kernel each: 36 small elementwise kernels.
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "glu.cuh"
+#include "kp/dtype.cuh"
+#include "kp/error.cuh"
+#include "kp/gemm/activation.cuh"
+#include "kp/host.cuh"
+#include "kp/launch.cuh"
+
+namespace kp_fused_mlp {
+namespace {
+
+using kp::gemm::Act;
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxGridY = 65535;
+
+__device__ __forceinline__ float sigmoid(float g) { return 1.f / (1.f + expf(-g)); }
+
+// act(g) and (act(g), act'(g)) in fp32, with torch's formulas (kp_fused_mlp.reference).
+template <Act A> struct Gated;
+
+template <> struct Gated<Act::kSilu> {
+  static __device__ __forceinline__ float f(float g) { return g * sigmoid(g); }
+  // d/dg g s(g) = s (1 + g (1 - s)).
+  static __device__ __forceinline__ float2 f_df(float g) {
+    const float s = sigmoid(g);
+    return make_float2(g * s, s * (1.f + g * (1.f - s)));
+  }
+};
+
+template <> struct Gated<Act::kGelu> {
+  static __device__ __forceinline__ float f(float g) { return kp::gemm::gelu(g); }
+  // d/dg g Phi(g) = Phi(g) + g phi(g), phi(g) = exp(-g^2 / 2) / sqrt(2 pi).
+  static __device__ __forceinline__ float2 f_df(float g) {
+    const float cdf = 0.5f * (1.f + erff(g * 0.70710678118654752f));
+    return make_float2(g * cdf, cdf + g * expf(-0.5f * g * g) * 0.39894228040143268f);
+  }
+};
+
+template <> struct Gated<Act::kGeluTanh> {
+  // libm's tanhf, not the GEMM epilogue's fast form: this kernel also writes fp32, and it is bound
+  // by memory, not instructions.
+  static __device__ __forceinline__ float f(float g) {
+    return 0.5f * g * (1.f + tanhf(0.79788456080286536f * (g + 0.044715f * g * g * g)));
+  }
+  // t = tanh(k (g + c g^3)): d/dg g (1 + t) / 2 = (1 + t) / 2 + g (1 - t^2) k (1 + 3 c g^2) / 2.
+  static __device__ __forceinline__ float2 f_df(float g) {
+    constexpr float k = 0.79788456080286536f, c = 0.044715f;
+    const float t = tanhf(k * (g + c * g * g * g));
+    return make_float2(0.5f * g * (1.f + t), 0.5f * (1.f + t) + 0.5f * g * (1.f - t * t) * k * (1.f + 3.f * c * g * g));
+  }
+};
+
+// V values of T moved as one packet (16 bytes when V = 16 / sizeof(T)).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Packet {
+  T v[V];
+};
+
+template <typename T, int V>
+__device__ __forceinline__ Packet<T, V> load(const T* p) {
+  return *reinterpret_cast<const Packet<T, V>*>(p);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store(T* p, const Packet<T, V>& x) {
+  *reinterpret_cast<Packet<T, V>*>(p) = x;
+}
+
+template <typename T, Act A, int V>
+__global__ void __launch_bounds__(kThreads) glu_fwd_kernel(const T* __restrict__ gate, int64_t gate_stride,
+                                                           const T* __restrict__ up, int64_t up_stride,
+                                                           T* __restrict__ y, int64_t rows, int64_t cols) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * V;
+  if (c >= cols) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const Packet<T, V> g = load<T, V>(gate + r * gate_stride + c), u = load<T, V>(up + r * up_stride + c);
+    Packet<T, V> out;
+#pragma unroll
+    for (int i = 0; i < V; ++i) out.v[i] = kp::from_f<T>(Gated<A>::f(kp::to_f(g.v[i])) * kp::to_f(u.v[i]));
+    store<T, V>(y + r * cols + c, out);
+  }
+}
+
+// d/dg [act(g) u] = u act'(g),  d/du = act(g). dgate and dup share a row stride: separate
+// [rows, cols] tensors (cols) or the halves of one packed [rows, 2 * cols] gradient (2 * cols).
+template <typename T, Act A, int V>
+__global__ void __launch_bounds__(kThreads) glu_bwd_kernel(const T* __restrict__ dy, int64_t dy_stride,
+                                                           const T* __restrict__ gate, int64_t gate_stride,
+                                                           const T* __restrict__ up, int64_t up_stride,
+                                                           T* __restrict__ dgate, T* __restrict__ dup,
+                                                           int64_t out_stride, int64_t rows, int64_t cols) {
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * V;
+  if (c >= cols) return;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const Packet<T, V> d = load<T, V>(dy + r * dy_stride + c);
+    const Packet<T, V> g = load<T, V>(gate + r * gate_stride + c), u = load<T, V>(up + r * up_stride + c);
+    Packet<T, V> dg, du;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float df = kp::to_f(d.v[i]);
+      const float2 fd = Gated<A>::f_df(kp::to_f(g.v[i]));
+      dg.v[i] = kp::from_f<T>(df * kp::to_f(u.v[i]) * fd.y);
+      du.v[i] = kp::from_f<T>(df * fd.x);
+    }
+    store<T, V>(dgate + r * out_stride + c, dg);
+    store<T, V>(dup + r * out_stride + c, du);
+  }
+}
+
+bool valid_act(int act) {
+  return act == static_cast<int>(Act::kSilu) || act == static_cast<int>(Act::kGelu) ||
+         act == static_cast<int>(Act::kGeluTanh);
+}
+
+// The activations instantiated: run f(std::integral_constant<Act, A>) for the run-time code.
+template <typename F>
+void dispatch_act(int act, F&& f) {
+  switch (static_cast<Act>(act)) {
+    case Act::kSilu: f(std::integral_constant<Act, Act::kSilu>{}); break;
+    case Act::kGelu: f(std::integral_constant<Act, Act::kGelu>{}); break;
+    case Act::kGeluTanh: f(std::integral_constant<Act, Act::kGeluTanh>{}); break;
+    default: throw std::invalid_argument("unsupported gated activation code " + std::to_string(act));
+  }
+}
+
+dim3 grid_for(int64_t rows, int64_t cols, int vec) {
+  return dim3(static_cast<unsigned>(kp::cdiv(kp::cdiv(cols, vec), kThreads)),
+              static_cast<unsigned>(std::min(rows, kMaxGridY)));
+}
+
+// 16-byte packets when every pointer, row stride and the width allow them.
+bool packets_fit(const GluArgs& a, bool bwd, int elem_bytes) {
+  const int64_t v = 16 / elem_bytes;
+  auto ok = [&](const void* p, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (a.rows <= 1 || stride % v == 0);
+  };
+  bool fit = a.cols % v == 0 && ok(a.gate, a.gate_stride) && ok(a.up, a.up_stride) && ok(a.out, bwd ? a.out_stride : a.cols);
+  if (bwd) fit = fit && ok(a.dy, a.dy_stride) && ok(a.out2, a.out_stride);
+  return fit;
+}
+
+void check(const GluArgs& a, bool bwd) {
+  KP_CHECK_ARG(kp::valid_dtype(a.dtype), "unsupported dtype code " + std::to_string(a.dtype));
+  KP_CHECK_ARG(valid_act(a.act), "unsupported gated activation code " + std::to_string(a.act) +
+                                     " (silu, gelu or gelu_tanh: kp::gemm::Act 4, 2, 3)");
+  KP_CHECK_ARG(a.rows >= 0 && a.cols >= 0, "rows and cols must be >= 0");
+  KP_CHECK_ARG(a.cols < (int64_t{1} << 31) * kThreads, "cols too large for the grid");
+  if (a.rows == 0 || a.cols == 0) return;
+  kp::check_rows("gate", a.gate, a.gate_stride, a.rows, a.cols);
+  kp::check_rows("up", a.up, a.up_stride, a.rows, a.cols);
+  KP_CHECK_ARG(a.out != nullptr, "the output must not be null");
+  if (bwd) {
+    kp::check_rows("dy", a.dy, a.dy_stride, a.rows, a.cols);
+    KP_CHECK_ARG(a.out2 != nullptr, "dup must not be null");
+    kp::check_rows("dgate", a.out, a.out_stride, a.rows, a.cols);
+    kp::check_rows("dup", a.out2, a.out_stride, a.rows, a.cols);
+  }
+}
+
+// Check the arguments, then, on the device, f(T{}, std::integral_constant<Act, A>{}) for the call's
+// dtype and activation: the one place the instantiations are chosen.
+template <typename F>
+void run(const GluArgs& a, bool bwd, int device, F&& f) {
+  check(a, bwd);
+  if (a.rows == 0 || a.cols == 0) return;
+  kp::DeviceGuard guard(device);
+  KP_DISPATCH_DTYPE(a.dtype, T, {
+    const bool packets = packets_fit(a, bwd, sizeof(T));
+    dispatch_act(a.act, [&](auto act) {
+      if (packets)
+        f(T{}, act, std::integral_constant<int, 16 / sizeof(T)>{});
+      else
+        f(T{}, act, std::integral_constant<int, 1>{});
+    });
+  })
+}
+
+}  // namespace
+
+void glu_fwd(const GluArgs& a, int device, cudaStream_t stream) {
+  run(a, false, device, [&](auto t, auto act, auto vec) {
+    using T = decltype(t);
+    constexpr int V = decltype(vec)::value;
+    kp::launch(glu_fwd_kernel<T, decltype(act)::value, V>, device, grid_for(a.rows, a.cols, V), dim3(kThreads), 0, stream,
+               1, static_cast<const T*>(a.gate), a.gate_stride, static_cast<const T*>(a.up), a.up_stride,
+               static_cast<T*>(a.out), a.rows, a.cols);
+  });
+}
+
+void glu_bwd(const GluArgs& a, int device, cudaStream_t stream) {
+  run(a, true, device, [&](auto t, auto act, auto vec) {
+    using T = decltype(t);
+    constexpr int V = decltype(vec)::value;
+    kp::launch(glu_bwd_kernel<T, decltype(act)::value, V>, device, grid_for(a.rows, a.cols, V), dim3(kThreads), 0, stream,
+               1, static_cast<const T*>(a.dy), a.dy_stride, static_cast<const T*>(a.gate), a.gate_stride,
+               static_cast<const T*>(a.up), a.up_stride, static_cast<T*>(a.out), static_cast<T*>(a.out2),
+               a.out_stride, a.rows, a.cols);
+  });
+}
+
+const void* probe_kernel() { return reinterpret_cast<const void*>(glu_fwd_kernel<float, Act::kSilu, 1>); }
+
+}  // namespace kp_fused_mlp

@@ -1,0 +1,78 @@
+// linear_act's host dispatch: checks, the table row, and the call into the kernel instantiations
+// (linear_act_sm90_{bf16,fp16}.cu). No CUTLASS header here: this file compiles in seconds.
+#include "linear_act.cuh"
+
+#include <string>
+
+#include "gemm_table.h"
+#include "kp/dtype.cuh"
+#include "kp/error.cuh"
+#include "kp/gemm/sm90_gemm.h"
+#include "kp/launch.cuh"
+
+namespace kp_fused_mlp {
+namespace {
+
+using kp::gemm::Act;
+using kp::gemm::Sm90Gemm;
+namespace epi = kp::gemm::epi;
+
+template <int DType, int Row>
+void run_row(const kp::gemm::Problem& p, const LinearActArgs& a, int device, cudaStream_t stream) {
+  if (a.bias == nullptr && a.act == static_cast<int>(Act::kNone))
+    Sm90Gemm<DType, GemmRow<Row>, epi::Identity>::run(p, {}, device, stream);
+  else
+    Sm90Gemm<DType, GemmRow<Row>, epi::BiasAct>::run(p, {a.bias, a.act}, device, stream);
+}
+
+template <int DType>
+void run_dtype(const kp::gemm::Problem& p, const LinearActArgs& a, int row, int device, cudaStream_t stream) {
+  static_assert(GemmTable::size == 4, "a new table row needs a case here and its instantiations");
+  switch (row) {
+    case 0: return run_row<DType, 0>(p, a, device, stream);
+    case 1: return run_row<DType, 1>(p, a, device, stream);
+    case 2: return run_row<DType, 2>(p, a, device, stream);
+    case 3: return run_row<DType, 3>(p, a, device, stream);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> gemm_config_names() {
+  std::vector<std::string> out;
+  for (const auto& r : GemmTable::rows) out.push_back(r.name);
+  return out;
+}
+
+int gemm_plan(int64_t m, int64_t n, int64_t k) {
+  (void)n;
+  (void)k;
+  return pick_gemm_row(m);
+}
+
+std::string gemm_device_problem(int device) { return kp::gemm::sm90_device_problem(device); }
+
+void linear_act(const LinearActArgs& a, int config, int device, cudaStream_t stream) {
+  KP_CHECK_ARG(a.dtype == kp::kF16 || a.dtype == kp::kBF16,
+               std::string("linear_act: the cuda GEMM takes float16 or bfloat16, got ") + kp::dtype_name(a.dtype));
+  KP_CHECK_ARG(a.act >= 0 && a.act < kp::gemm::kNumActs,
+               "linear_act: unknown activation code " + std::to_string(a.act));
+  KP_CHECK_ARG(config >= -1 && config < GemmTable::size, "linear_act: no GEMM config " + std::to_string(config));
+  KP_CHECK_ARG(a.bias == nullptr || reinterpret_cast<uintptr_t>(a.bias) % kp::gemm::kTmaAlignBytes == 0,
+               "linear_act: bias must be 16-byte aligned");
+  const kp::gemm::Problem p{a.x, a.x_stride, a.w, a.w_stride, a.y, a.n, a.m, a.n, a.k, a.dtype};
+  kp::gemm::check_problem(p, 2);
+  if (a.m == 0 || a.n == 0) return;
+  // The device's arch, from kp's per-device cache (no driver call on the hot path): an empty
+  // kernel must never run silently where sm_90a machine code cannot (PTX JIT on a newer GPU).
+  const kp::DeviceInfo& info = kp::device_info(device);
+  if (!(kp::gemm::built_for_sm90a() && info.major == 9 && info.minor == 0))
+    KP_CHECK_ARG(false, "linear_act: " + kp::gemm::sm90_device_problem(device));
+  const int row = config >= 0 ? config : pick_gemm_row(a.m);
+  if (a.dtype == kp::kBF16)
+    run_dtype<kp::kBF16>(p, a, row, device, stream);
+  else
+    run_dtype<kp::kF16>(p, a, row, device, stream);
+}
+
+}  // namespace kp_fused_mlp

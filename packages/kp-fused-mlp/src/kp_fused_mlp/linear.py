@@ -1,0 +1,143 @@
+"""linear_act: y = act(x @ weight^T + bias), with the bias and the activation applied in the GEMM's
+epilogue (one pass over y instead of three). Activations: none, relu, gelu (erf), gelu_tanh, silu.
+
+Levels: reference (plain PyTorch, fp32 math rounded once; differentiable), cuda (kp's sm90a GEMM:
+float16/bfloat16 on an H100/H200, forward only for now), triton (a tiled tl.dot GEMM with the same
+epilogue: float32/float16/bfloat16, any shape and strides, forward only; on CPU only when named,
+under TRITON_INTERPRET=1).
+
+Built on kp_core.op like glu.py, without an AutogradOp: no kernel level has a backward yet, so a
+call that needs gradients resolves to the reference level (a named cuda or triton backend refuses
+it). The registered op `torch.ops.kp_fused_mlp.linear_act` is what torch.compile traces for the
+kernel levels.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from kp_core import registry
+from kp_core.dtypes import FLOATING
+from kp_core.op import Levels, as_rows, check_tensor, triton_supports
+
+from . import reference
+
+ACTIVATIONS = tuple(reference.ACTIVATIONS)  # "none", "relu", "gelu", "gelu_tanh", "silu"
+
+
+def _cuda_supports(forced, device_type, device_index, *facts):
+    return LEVELS.module("cuda").linear_act_supports(forced, device_type, device_index, *facts)
+
+
+def _triton_supports(forced, device_type, device_index, dtype, grad, n, k):
+    if grad:
+        return ("the triton level of linear_act has no backward yet (inference only); "
+                "backend='auto' or 'reference' differentiates it")  # fmt: skip
+    return triton_supports(forced, device_type)
+
+
+LEVELS = Levels(
+    "kp_fused_mlp.linear_act",
+    {"cuda": "kp_fused_mlp._cuda", "triton": "kp_fused_mlp.triton.linear", "reference": "kp_fused_mlp.reference"},
+    supports={"cuda": _cuda_supports, "triton": _triton_supports},
+)
+"""Facts a level's `supports` reads: device type and index, dtype, needs grad, N, K."""
+
+
+def describe_backends() -> list:
+    """Lines for `python -m kp_core`: what `auto` picks for a bf16 4096 x 4096 inference call."""
+    return LEVELS.describe(torch.bfloat16, False, 4096, 4096)
+
+
+# ---------------------------------------------------------------------------------------------
+# The registered op: [M, K] rows in, [M, N] out; M, N, K > 0. What torch.compile traces and
+# opcheck checks. No autograd: calls that need gradients never reach it.
+
+
+def _op_impl(x, weight, bias, activation, backend):
+    return LEVELS.impl(backend, "linear_act_fwd")(x, weight, bias, activation)
+
+
+def _op_fake(x, weight, bias, activation, backend):
+    return x.new_empty((x.shape[0], weight.shape[0]))
+
+
+LINEAR_ACT = registry.define(
+    "kp_fused_mlp",
+    "linear_act(Tensor x, Tensor weight, Tensor? bias, str activation, str backend) -> Tensor",
+    _op_impl,
+    _op_fake,
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks and the public function
+
+
+def resolve_level(levels: Levels, backend, tensors: tuple, *facts) -> tuple:
+    """(level, needs grad, compiling) of a GEMM op's call: x = tensors[0] gives the device and
+    dtype; the facts are (needs grad: any of `tensors` requires it, *facts). Resolved at trace
+    time under torch.compile."""
+    x = tensors[0]
+    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    if registry.is_compiling():
+        return levels.traced(backend, x.device, x.dtype, grad, *facts), grad, True
+    return levels.resolve(backend, x.device, x.dtype, grad, *facts), grad, False
+
+
+def check_operands(op: str, x, weight, bias, *, weight_name: str, in_name: str, layout: str, bias_what: str,
+                   rows_multiple: int = 1) -> None:  # fmt: skip
+    """A GEMM op's x [..., K], weight [N, K] (N a multiple of rows_multiple) and bias [N] or None:
+    tensors of one float dtype and device, or a clear TypeError/ValueError. `layout` describes
+    the weight's shape, with {k} for K."""
+    check_tensor(op, "x", x, dtypes=FLOATING)
+    check_tensor(op, weight_name, weight, like=x, dtypes=FLOATING)
+    if x.dim() == 0:
+        raise ValueError(f"{op}: x must have at least one dimension (..., {in_name})")
+    if weight.dim() != 2 or weight.shape[1] != x.shape[-1] or weight.shape[0] % rows_multiple:
+        raise ValueError(f"{op}: {weight_name} must be {layout.format(k=x.shape[-1])}, got shape {tuple(weight.shape)}")
+    if weight.dtype != x.dtype:
+        raise TypeError(f"{op}: x is {x.dtype} but {weight_name} is {weight.dtype}; give them one dtype")
+    if bias is not None:
+        check_tensor(op, "bias", bias, like=x, dtypes=FLOATING, shape=(weight.shape[0],), what_shape=f" ({bias_what})")
+        if bias.dtype != x.dtype:
+            raise TypeError(f"{op}: x is {x.dtype} but bias is {bias.dtype}; give them one dtype")
+
+
+def _check(x, weight, bias, activation) -> None:
+    check_operands("linear_act", x, weight, bias, weight_name="weight", in_name="in_features",
+                   layout="[out_features, in_features={k}] (nn.Linear's layout)", bias_what="out_features")  # fmt: skip
+    if activation not in reference.ACTIVATIONS:
+        raise ValueError(f"linear_act: unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
+
+
+def linear_act(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor] = None,
+    activation: str = "none",
+    *,
+    backend: Optional[str] = None,
+) -> torch.Tensor:
+    """act(x @ weight^T + bias), computed in fp32 and rounded once to x's dtype.
+
+    x: [..., in_features]; weight: [out_features, in_features] (nn.Linear's); bias: [out_features]
+    or None; one dtype for all (float32, float16, bfloat16). `activation`: "none", "relu", "gelu",
+    "gelu_tanh" (gelu with approximate="tanh") or "silu". Returns [..., out_features].
+
+    The cuda level needs float16/bfloat16, an sm_90 GPU, in_features and out_features multiples of
+    8 (TMA moves 16-byte rows; a named backend="cuda" says what to pad to), and no gradient. The
+    triton level takes any float dtype, shape and strides on a GPU, and no gradient.
+    `backend`: "auto" (default), "cuda", "triton" or "reference".
+    """
+    _check(x, weight, bias, activation)
+    n, k = weight.shape
+    name, _, compiling = resolve_level(LEVELS, backend, (x, weight, bias), n, k)
+    if name == "reference" or x.numel() == 0 or n == 0:  # empty (M, N or K = 0): nothing to launch
+        return reference.linear_act_fwd(x, weight, bias, activation)
+    rows = as_rows(x, k)
+    if compiling:
+        y = LINEAR_ACT(rows, weight, bias, activation, name)
+    else:
+        y = LEVELS.impl(name, "linear_act_fwd")(rows, weight, bias, activation)
+    return y.view(*x.shape[:-1], n)

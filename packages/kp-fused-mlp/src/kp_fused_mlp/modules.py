@@ -1,0 +1,110 @@
+"""GatedMLP: down(act(gate(x)) * up(x)), the MLP of Llama, Mistral and Qwen2, on gated_linear.
+
+It holds the gate and up projections as ONE packed Parameter `gate_up_weight` [2I, H] (gate rows,
+then up rows) and the down projection as an nn.Linear `down_proj` [H, I]. Its state dict uses
+Hugging Face's keys (`gate_proj.weight`, `up_proj.weight`, `down_proj.weight`, and `.bias` where
+present), so it loads a LlamaMLP's state dict and a model holding it saves what the original did.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .gated import GATED_ACTIVATIONS, gated_linear
+
+_PACKED = {"gate_up_weight": "weight", "gate_up_bias": "bias"}  # packed Parameter -> Hugging Face key suffix
+
+
+class GatedMLP(nn.Module):
+    """down_proj(act(x Wg^T + bg) * (x Wu^T + bu)), the gate/up half fused in one kernel.
+
+    `activation`: "silu" (Llama, Mistral, Qwen2) or "gelu_tanh" (Gemma's gelu_pytorch_tanh).
+    `bias`: biases on all three projections (Llama's mlp_bias). `backend` goes to gated_linear;
+    the down projection is torch's (cuBLAS). `GatedMLP.from_hf(m)` builds one from a Hugging Face
+    MLP; `kp_fused_mlp.replace_mlps(model)` swaps every one of a model's.
+    """
+
+    def __init__(self, hidden: int, intermediate: int, activation: str = "silu", bias: bool = False,
+                 device=None, dtype=None, backend: str | None = None):  # fmt: skip
+        super().__init__()
+        if activation not in GATED_ACTIVATIONS:
+            raise ValueError(f"GatedMLP: activation must be one of {', '.join(GATED_ACTIVATIONS)}, got {activation!r}")
+        self.hidden, self.intermediate, self.activation, self.backend = hidden, intermediate, activation, backend
+        kw = {"device": device, "dtype": dtype}
+        self.gate_up_weight = nn.Parameter(torch.empty((2 * intermediate, hidden), **kw))
+        self.gate_up_bias = nn.Parameter(torch.empty((2 * intermediate,), **kw)) if bias else None
+        self.down_proj = nn.Linear(intermediate, hidden, bias=bias, **kw)
+        self.reset_parameters()
+        self._register_state_dict_hook(_save_hf_keys)
+        self._register_load_state_dict_pre_hook(_load_hf_keys, with_module=True)
+
+    def reset_parameters(self) -> None:
+        """nn.Linear's initialization for each projection (fan-in H for gate and up)."""
+        nn.init.kaiming_uniform_(self.gate_up_weight, a=math.sqrt(5))
+        if self.gate_up_bias is not None:
+            bound = 1 / math.sqrt(self.hidden) if self.hidden else 0.0
+            nn.init.uniform_(self.gate_up_bias, -bound, bound)
+        self.down_proj.reset_parameters()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w, b = self.gate_up_weight, self.gate_up_bias
+        if torch.is_autocast_enabled(x.device.type):
+            # Autocast casts F.linear's operands; gated_linear takes one dtype, so cast as it would.
+            dtype = torch.get_autocast_dtype(x.device.type)
+            x, w, b = x.to(dtype), w.to(dtype), None if b is None else b.to(dtype)
+        return self.down_proj(gated_linear(x, w, self.activation, b, backend=self.backend))
+
+    def extra_repr(self) -> str:
+        s = f"hidden={self.hidden}, intermediate={self.intermediate}, activation={self.activation!r}"
+        s += f", bias={self.gate_up_bias is not None}"
+        return s + (f", backend={self.backend!r}" if self.backend else "")
+
+    @classmethod
+    def from_hf(cls, m: nn.Module, activation: str, *, backend: str | None = None) -> GatedMLP:
+        """The GatedMLP computing m's function: m holds nn.Linear gate_proj, up_proj and down_proj
+        (a Hugging Face LlamaMLP, MistralMLP, Qwen2MLP, ...); `activation` is its act_fn's
+        (kp_fused_mlp.patch.hf_activation maps a config's hidden_act).
+
+        Gate and up are copied into the packed weight (requires_grad kept; an optimizer built
+        before must be rebuilt for it); `down_proj` is m's own module, shared, not copied. The
+        new module is on m's device and dtype, in m's train/eval mode.
+        """
+        gate, up, down = m.gate_proj, m.up_proj, m.down_proj
+        bias = gate.bias is not None
+        new = cls(gate.in_features, gate.out_features, activation, bias, device="meta", backend=backend)
+        with torch.no_grad():
+            new.gate_up_weight = nn.Parameter(torch.cat([gate.weight, up.weight]), gate.weight.requires_grad)
+            if bias:
+                new.gate_up_bias = nn.Parameter(torch.cat([gate.bias, up.bias]), gate.bias.requires_grad)
+        new.down_proj = down
+        return new.train(m.training)
+
+
+def _save_hf_keys(module: GatedMLP, state_dict, prefix: str, local_metadata) -> None:
+    """state_dict: the packed Parameters as gate_proj.* and up_proj.* (views of their halves), in
+    Hugging Face's key order (gate, up, down; each weight before its bias)."""
+    ours = {k[len(prefix) :]: state_dict.pop(k) for k in list(state_dict) if k.startswith(prefix)}
+    w, b = ours.pop("gate_up_weight", None), ours.pop("gate_up_bias", None)
+    inter = module.intermediate
+    for proj, half in (("gate_proj", slice(0, inter)), ("up_proj", slice(inter, None))):
+        for name, t in (("weight", w), ("bias", b)):
+            if t is not None:
+                state_dict[f"{prefix}{proj}.{name}"] = t[half]
+    for k, v in ours.items():  # down_proj.*, and whatever a subclass added
+        state_dict[prefix + k] = v
+
+
+def _load_hf_keys(module: GatedMLP, state_dict, prefix, local_metadata, strict, missing, unexpected, errors) -> None:
+    """load_state_dict: gate_proj.* and up_proj.* concatenated into the packed Parameters."""
+    for packed, suffix in _PACKED.items():
+        g, u = f"{prefix}gate_proj.{suffix}", f"{prefix}up_proj.{suffix}"
+        if g in state_dict and u in state_dict:
+            if state_dict[g].shape != state_dict[u].shape:
+                errors.append(
+                    f"GatedMLP: {g} has shape {tuple(state_dict[g].shape)} but {u} has shape "
+                    f"{tuple(state_dict[u].shape)}; a gated MLP's gate and up projections have one shape"
+                )
+                continue
+            state_dict[prefix + packed] = torch.cat([state_dict.pop(g), state_dict.pop(u)])

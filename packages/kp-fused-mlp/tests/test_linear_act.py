@@ -1,0 +1,331 @@
+"""linear_act at every level against the float64 oracle: odd and real-model shapes, M = 0 and 1,
+every activation with and without bias, strided inputs, NaN-poisoned outputs, gradients (the
+reference level), bad input and TMA's alignment message, the GEMM tables (cuda and Triton), torch
+integration. The Triton level runs on CPU under Triton's interpreter (no bf16 there)."""
+import pytest
+import torch
+import torch.nn.functional as F
+from kp_core import BackendUnavailable, load_native, testing as kt
+
+import kp_fused_mlp
+from kp_fused_mlp import _cuda, linear, reference
+from kp_fused_mlp.triton import linear as triton_linear
+from mlp_helpers import kernel_dtype as _kernel_dtype
+from mlp_helpers import skip_interpreted_bf16
+
+ACTS = list(kp_fused_mlp.ACTIVATIONS)
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# (x shape, out_features): odd and prime sizes (the reference and triton levels take any; the cuda
+# level needs multiples of 8 for K and N), one row, leading batch dims; M = 64 and 130 sit on
+# either side of the Triton level's decode/large cut, with tails in M, N and K.
+SHAPES = [((1, 8), 8), ((3, 5), 7), ((17, 31), 13), ((2, 3, 40), 24), ((64, 128), 72), ((130, 67), 131)]
+# The cuda level's: K and N multiples of 8; M = 1, under a tile, odd, over a tile; real MLP sizes.
+GPU_SHAPES = [((1, 4096), 11008), ((7, 256), 264), ((64, 1024), 4096), ((129, 520), 136), ((1031, 4096), 14336)]
+
+
+def _skip_if_unsupported(level, dtype, shape):
+    backend, device = level
+    skip_interpreted_bf16(level, dtype)
+    if device == "cpu" and shape in GPU_SHAPES:
+        pytest.skip("GPU-sized shape")
+    if backend == "cuda" and (dtype == torch.float32 or shape not in GPU_SHAPES):
+        pytest.skip("the cuda level takes 16-bit dtypes and sizes TMA can move (GPU_SHAPES)")
+
+
+def _inputs(x_shape, n, dtype, device, seed, with_bias):
+    k = x_shape[-1]
+    x = kt.randn(x_shape, dtype=dtype, device=device, seed=seed)
+    w = kt.randn((n, k), dtype=dtype, device=device, seed=seed + 1, scale=k**-0.5)
+    b = kt.randn((n,), dtype=dtype, device=device, seed=seed + 2) if with_bias else None
+    return x, w, b
+
+
+def _oracle(x, w, b, act):
+    """(float64 result, torch's own op in x's dtype: F.linear rounded, then the activation rounded)."""
+    want = reference.linear_act_fwd(x, w, b, act, acc=torch.float64, out_dtype=torch.float64)
+    return want, reference.ACTIVATIONS[act](F.linear(x, w, b))
+
+
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES + GPU_SHAPES, ids=lambda s: f"{'x'.join(map(str, s[0]))}-{s[1]}")
+def test_matches_oracle(level, shape, dtype, act, with_bias, seed):
+    backend, device = level
+    _skip_if_unsupported(level, dtype, shape)
+    x, w, b = _inputs(*shape, dtype, device, seed, with_bias)
+    before = [t.clone() for t in (x, w, b) if t is not None]
+    want, torch_y = _oracle(x, w, b, act)
+    kt.poison_allocator(device, [want.numel() * 4] * 3)
+    y = kp_fused_mlp.linear_act(x, w, b, act, backend=backend)
+    assert y.shape == want.shape and y.dtype == dtype and y.device == x.device
+    kt.assert_matches_oracle(y, want, torch_out=torch_y, name="y")
+    for t, t0 in zip([t for t in (x, w, b) if t is not None], before):
+        torch.testing.assert_close(t, t0, rtol=0, atol=0, msg="an input was written")
+
+
+@pytest.mark.parametrize(
+    "layout", ["row-strided", "aligned-row-strided", "column-major", "transposed-weight", "offset", "strided-bias"]
+)
+def test_layouts(level, layout, seed):
+    """Strided x rows, a column-major x, a weight that is a transposed view, a misaligned start, a
+    strided bias: the kernel levels copy what TMA cannot read in place. Rows 16-byte aligned but
+    longer than K (x and weight, NaN in the gap) are read in place: the cuda level's row strides."""
+    backend, device = level
+    dtype = _kernel_dtype(backend, device)
+    x, w, b = _inputs((33, 64), 48, dtype, device, seed, True)
+    if layout == "row-strided":
+        x = kt.row_strided(x, pad=3)  # a row stride of 67: not 16-byte aligned
+    elif layout == "aligned-row-strided":
+        x, w = kt.row_strided(x, pad=8), kt.row_strided(w, pad=24)  # row strides 72 and 88: in place
+    elif layout == "strided-bias":
+        b = torch.stack([b, torch.full_like(b, float("nan"))], dim=1)[:, 0]  # stride 2, NaN between
+    elif layout == "column-major":
+        x = kt.column_major(x)
+    elif layout == "transposed-weight":
+        w = w.t().contiguous().t()
+    else:  # a view starting 2 bytes into its storage
+        buf = torch.empty(x.numel() + 1, dtype=dtype, device=device)
+        buf[1:].copy_(x.flatten())
+        x = buf[1:].view(x.shape)
+    want, torch_y = _oracle(x, w, b, "gelu")
+    y = kp_fused_mlp.linear_act(x, w, b, "gelu", backend=backend)
+    kt.assert_matches_oracle(y, want, torch_out=torch_y)
+
+
+@pytest.mark.parametrize("x_shape, n", [((0, 16), 8), ((4, 0), 8), ((4, 16), 0), ((2, 0, 16), 8)], ids=str)
+def test_empty(level, x_shape, n, seed):
+    """M = 0, K = 0 (y = act(bias)), N = 0: the right shape and values, no launch."""
+    backend, device = level
+    dtype = _kernel_dtype(backend, device)
+    x = torch.empty(x_shape, dtype=dtype, device=device)
+    w = kt.randn((n, x_shape[-1]), dtype=dtype, device=device, seed=seed)
+    b = kt.randn((n,), dtype=dtype, device=device, seed=seed + 1)
+    y = kp_fused_mlp.linear_act(x, w, b, "silu", backend=backend)
+    assert y.shape == (*x_shape[:-1], n) and y.dtype == dtype
+    torch.testing.assert_close(y, F.silu(F.linear(x, w, b)))
+
+
+def test_reference_gradients(seed):
+    """The reference level is plain autograd: gradients of x, weight and bias against float64."""
+    x, w, b = (t.requires_grad_(True) for t in _inputs((5, 3, 24), 16, torch.float32, "cpu", seed, True))
+    dy = kt.randn((5, 3, 16), seed=seed + 3)
+    got = torch.autograd.grad(kp_fused_mlp.linear_act(x, w, b, "gelu_tanh"), (x, w, b), dy)
+    leaves = [t.detach().double().requires_grad_(True) for t in (x, w, b)]
+    want = torch.autograd.grad(F.gelu(F.linear(*leaves), approximate="tanh"), leaves, dy.double())
+    for name, g, e in zip(("dx", "dweight", "dbias"), got, want):
+        kt.assert_matches_oracle(g, e, name=name)
+
+
+def test_grad_goes_to_reference_under_auto_and_a_named_cuda_refuses(seed):
+    x, w, _ = _inputs((4, 16), 8, torch.bfloat16, "cpu", seed, False)
+    why = _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, True, 8, 16)
+    assert "no backward yet" in why
+    w.requires_grad_(True)
+    kp_fused_mlp.linear_act(x, w, None, "relu").float().sum().backward()  # auto: reference
+    assert w.grad is not None and w.grad.shape == w.shape
+
+
+def test_triton_level_refuses_gradients_and_auto_keeps_it_off_the_cpu(seed):
+    x, w, b = _inputs((4, 16), 8, torch.float32, "cpu", seed, True)
+    assert "no backward yet" in linear._triton_supports(True, "cuda", 0, torch.float32, True, 8, 16)
+    assert linear._triton_supports(False, "cpu", None, torch.float32, False, 8, 16).startswith("the tensors are on cpu")
+    w.requires_grad_(True)
+    with pytest.raises(BackendUnavailable, match="'triton' cannot serve this call: the triton level of linear_act "
+                                                 "has no backward yet"):  # fmt: skip
+        kp_fused_mlp.linear_act(x, w, b, backend="triton")
+    assert linear.LEVELS.resolve("auto", x.device, x.dtype, False, *w.shape) == "reference"  # CPU: never the interpreter
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("config", list(triton_linear.CONFIGS))
+def test_every_triton_config_row(level, config, dtype, seed):
+    """Each CONFIGS row, forced, with tails in M, N and K (none a multiple of its block), a
+    column-major x, a weight that is a transposed view, and M = 1."""
+    backend, device = level
+    if backend != "triton" or (device == "cpu" and dtype == torch.bfloat16):
+        pytest.skip("the Triton level (its interpreter has no reliable bf16)")
+    for x_shape, n, layout in [((1, 33), 17, "contiguous"), ((45, 70), 37, "column-major"),
+                               ((131, 130), 129, "transposed-weight")]:  # fmt: skip
+        x, w, b = _inputs(x_shape, n, dtype, device, seed, True)
+        if layout == "column-major":
+            x = kt.column_major(x)
+        elif layout == "transposed-weight":
+            w = w.t().contiguous().t()
+        want, torch_y = _oracle(x, w, b, "gelu_tanh")
+        kt.poison_allocator(device, [want.numel() * 4] * 3)
+        y = triton_linear.linear_act_fwd(x, w, b, "gelu_tanh", config=config)
+        assert y.is_contiguous()
+        kt.assert_matches_oracle(y, want, torch_out=torch_y, name=f"{config} {x_shape}x{n} {layout}")
+
+
+def test_triton_size_classes():
+    assert [triton_linear.size_class(m) for m in (1, 64, 65, 8192)] == ["decode", "decode", "large", "large"]
+
+
+def test_bad_input_raises_clearly(seed):
+    x, w, b = _inputs((4, 16), 8, torch.float32, "cpu", seed, True)
+    with pytest.raises(TypeError, match="linear_act: x must be float32, float16 or bfloat16, got torch.int64"):
+        kp_fused_mlp.linear_act(x.long(), w)
+    with pytest.raises(TypeError, match="x is torch.float32 but weight is torch.float16"):
+        kp_fused_mlp.linear_act(x, w.half())
+    with pytest.raises(TypeError, match="x is torch.float32 but bias is torch.bfloat16"):
+        kp_fused_mlp.linear_act(x, w, b.bfloat16())
+    with pytest.raises(ValueError, match=r"weight must be \[out_features, in_features=16\].*got shape \(8, 15\)"):
+        kp_fused_mlp.linear_act(x, w[:, :15])
+    with pytest.raises(ValueError, match=r"bias has shape \(7,\), expected \(8,\) \(out_features\)"):
+        kp_fused_mlp.linear_act(x, w, b[:7])
+    with pytest.raises(ValueError, match="unknown activation 'tanh'; choose one of none, relu, gelu, gelu_tanh, silu"):
+        kp_fused_mlp.linear_act(x, w, b, "tanh")
+    with pytest.raises(ValueError, match="x is on cpu but weight is on meta"):
+        kp_fused_mlp.linear_act(x, torch.empty(8, 16, device="meta"))
+    with pytest.raises(ValueError, match="at least one dimension"):
+        kp_fused_mlp.linear_act(torch.tensor(1.0), w)
+    with pytest.raises(BackendUnavailable, match="backend 'cuda' cannot serve this call: the tensors are on cpu"):
+        kp_fused_mlp.linear_act(x, w, b, backend="cuda")
+
+
+@pytest.mark.parametrize("n, k, what", [(4096, 4095, "in_features K=4095 is not a multiple of 8.*pad it to 4096"),
+                                        (11007, 4096, "out_features N=11007 is not a multiple of 8.*pad it to 11008")])
+def test_tma_alignment_names_the_size_to_pad_to(n, k, what):
+    """The cuda level's answer for sizes TMA cannot move (a named backend='cuda' raises it)."""
+    assert _cuda.tma_size_problem(n, k, 2) is not None
+    import re
+
+    assert re.search(what, _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, n, k))
+    assert _cuda.linear_act_supports(True, "cuda", 0, torch.float32, False, 8, 8).startswith(
+        "the cuda GEMM takes float16 and bfloat16"
+    )
+
+
+def _native():
+    status = load_native("kp_fused_mlp")
+    if not status.loaded:
+        pytest.skip("built without its CUDA level")
+    return status.module
+
+
+def test_native_checks_its_arguments_before_any_cuda_call():
+    """C++ checks again (ValueError, never an abort), before touching the device: runs on CPU."""
+    mod = _native()
+    args = dict(x=16, x_stride=64, w=16, w_stride=64, bias=0, y=16, m=4, n=64, k=64, dtype=2, act=0, config=-1,
+                device=0, stream=0)
+    with pytest.raises(ValueError, match="K=60 is not a multiple of 8.*pad it to 64"):
+        mod.linear_act(**{**args, "k": 60, "x_stride": 60, "w_stride": 60})
+    with pytest.raises(ValueError, match="N=60 is not a multiple of 8.*pad it to 64"):
+        mod.linear_act(**{**args, "n": 60})
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        mod.linear_act(**{**args, "x": 18})
+    with pytest.raises(ValueError, match="row strides must be multiples of 8"):
+        mod.linear_act(**{**args, "x_stride": 68})
+    with pytest.raises(ValueError, match="float16 or bfloat16, got float32"):
+        mod.linear_act(**{**args, "dtype": 0})
+    with pytest.raises(ValueError, match="unknown activation code 9"):
+        mod.linear_act(**{**args, "act": 9})
+    with pytest.raises(ValueError, match="no GEMM config 7"):
+        mod.linear_act(**{**args, "config": 7})
+    mod.linear_act(**{**args, "m": 0})  # nothing to do: returns without a device
+
+
+def test_gemm_table_and_plan():
+    mod = _native()
+    names = mod.gemm_configs()
+    assert names == ["pingpong_64x128", "pingpong_128x128_c1x2", "pingpong_128x128_c2x1", "coop_128x256_c2x1"]
+    assert _cuda.gemm_plan(1, 4096, 4096) == "pingpong_64x128"
+    assert _cuda.gemm_plan(64, 4096, 4096) == "pingpong_64x128"
+    assert _cuda.gemm_plan(65, 4096, 4096) == "pingpong_128x128_c1x2"
+    assert _cuda.gemm_plan(128, 4096, 4096) == "pingpong_128x128_c1x2"
+    assert _cuda.gemm_plan(129, 4096, 4096) == "pingpong_128x128_c2x1"
+    assert _cuda.gemm_plan(4096, 4096, 4096) == "pingpong_128x128_c2x1"
+    assert _cuda.gemm_plan(4097, 8192, 8192) == "coop_128x256_c2x1"
+    if not torch.cuda.is_available():
+        assert mod.gemm_device_problem(0)  # no device: a reason, not a crash
+
+
+def test_opcheck(level, seed):
+    backend, device = level
+    dtype = _kernel_dtype(backend, device)
+    x, w, b = _inputs((5, 32), 16, dtype, device, seed, True)
+    kt.opcheck(linear.LINEAR_ACT, (x, w, b, "silu", backend))
+    kt.opcheck(linear.LINEAR_ACT, (x, w, None, "none", backend))
+
+
+def test_compile_fullgraph(level, seed):
+    backend, device = level
+    dtype = _kernel_dtype(backend, device)
+    x, w, b = _inputs((6, 40), 24, dtype, device, seed, True)
+    fn = kt.compiled(lambda a, c, d: kp_fused_mlp.linear_act(a, c, d, "gelu", backend=backend), device_type=device)
+    want, torch_y = _oracle(x, w, b, "gelu")
+    kt.assert_matches_oracle(fn(x, w, b), want, torch_out=torch_y)
+
+
+def test_compile_fullgraph_with_grad_runs_the_reference(seed):
+    x, w, b = (t.requires_grad_(True) for t in _inputs((6, 40), 24, torch.float32, "cpu", seed, True))
+    fn = kt.compiled(lambda a, c, d: kp_fused_mlp.linear_act(a, c, d, "relu"))
+    fn(x, w, b).sum().backward()
+    assert x.grad is not None and w.grad is not None and b.grad is not None
+
+
+# ---- GPU only ----------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    "with_bias, act", [(True, "silu"), (False, "gelu"), (False, "none")], ids=["bias_act", "act-null-bias", "identity"]
+)
+def test_every_gemm_table_row(dtype, with_bias, act, seed):
+    """Each row of csrc/gemm_table.h, forced, on shapes with partial tiles in M and N, with each of
+    its kernels: the bias_act epilogue with a bias and with none (null pointer), and identity."""
+    for config in range(len(_native().gemm_configs())):
+        for (x_shape, n) in [((1, 64), 8), ((200, 136), 264), ((1031, 1024), 4104)]:
+            x, w, b = _inputs(x_shape, n, dtype, "cuda", seed, with_bias)
+            want, torch_y = _oracle(x, w, b, act)
+            kt.poison_allocator("cuda", [want.numel() * 4] * 3)
+            y = _cuda.linear_act_fwd(x, w, b, act, config=config)
+            kt.assert_matches_oracle(y, want, torch_out=torch_y, name=f"config {config} {act} {x_shape}x{n}")
+
+
+@pytest.mark.gpu
+def test_cuda_names_the_pad_size_on_a_gpu(seed):
+    x, w, _ = _inputs((4, 4095), 64, torch.bfloat16, "cuda", seed, False)
+    with pytest.raises(BackendUnavailable, match="in_features K=4095 is not a multiple of 8.*pad it to 4096"):
+        kp_fused_mlp.linear_act(x, w, backend="cuda")
+    y = kp_fused_mlp.linear_act(x, w)  # auto: the next level (triton, else reference) serves it
+    kt.assert_matches_oracle(y, _oracle(x, w, None, "none")[0])
+
+
+@pytest.mark.gpu
+def test_auto_order_on_a_gpu():
+    """auto: the cuda level for what its supports() accepts, else triton, else the reference."""
+    dev = torch.device("cuda", 0)
+    mod = _native()
+    cuda_ok = not _cuda.linear_act_supports(False, "cuda", 0, torch.bfloat16, False, 64, 64)
+    assert linear.LEVELS.resolve("auto", dev, torch.bfloat16, False, 64, 64) == ("cuda" if cuda_ok else "triton")
+    assert linear.LEVELS.resolve("auto", dev, torch.float32, False, 64, 64) == "triton"
+    assert linear.LEVELS.resolve("auto", dev, torch.bfloat16, False, 64, 63) == "triton"
+    assert linear.LEVELS.resolve("auto", dev, torch.bfloat16, True, 64, 64) == "reference"
+    if torch.cuda.get_device_capability(0) == (9, 0) and "90a" in mod.compiled_arch_names():
+        assert cuda_ok, "an sm_90 GPU with an sm_90a build must run the cuda level"
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture(seed):
+    x, w, b = _inputs((64, 4096), 4096, torch.bfloat16, "cuda", seed, True)
+    y = kt.graph_captured(lambda a, c, d: kp_fused_mlp.linear_act(a, c, d, "gelu", backend="cuda"), x, w, b)
+    kt.assert_matches_oracle(y, _oracle(x, w, b, "gelu")[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["cuda", "triton"])
+def test_other_cuda_devices(backend, seed):
+    """cuda:1 when present, cuda:0 current: the launch goes to the tensors' device and stream."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU")
+    if backend == "triton":
+        pytest.importorskip("triton")
+    x, w, b = _inputs((100, 512), 256, torch.bfloat16, "cuda:1", seed, True)
+    with torch.cuda.device(0):
+        y = kp_fused_mlp.linear_act(x, w, b, "relu", backend=backend)
+    assert y.device == x.device
+    kt.assert_matches_oracle(y, _oracle(x, w, b, "relu")[0])

@@ -1,0 +1,68 @@
+// A GEMM problem as kp's kernels take it, and the host checks TMA needs, with messages that say
+// what to pad. Plain C++ (no CUDA, no CUTLASS).
+//
+//   D[M, N] = epilogue(A[M, K] @ B[N, K]^T),  fp32 accumulation
+//
+// A: activations, row-major with row stride lda (elements). B: a weight as nn.Linear stores it,
+// [N, K] row-major with row stride ldb (in GEMM terms a column-major K x N operand: both operands
+// are K-major, the layout wgmma reads without a transpose). D: row-major, row stride ldd.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "kp/error.cuh"
+
+namespace kp::gemm {
+
+struct Problem {
+  const void* a;
+  int64_t lda;
+  const void* b;
+  int64_t ldb;
+  void* d;
+  int64_t ldd;
+  int64_t m, n, k;
+  int dtype;  // kp::DType of A, B and D (16-bit)
+};
+
+// TMA (cuTensorMapEncodeTiled) needs a 16-byte aligned global address and row strides that are
+// multiples of 16 bytes: for 16-bit elements, K, N and every row stride a multiple of 8.
+constexpr int kTmaAlignBytes = 16;
+
+inline int64_t pad_to(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// "" when the sizes are what TMA needs, else the sentence that says what to pad (the Python side
+// raises it before any launch; C++ checks again).
+inline std::string tma_size_problem(int64_t n, int64_t k, int elem_bytes) {
+  const int64_t mult = kTmaAlignBytes / elem_bytes;
+  auto one = [&](const char* what, int64_t v) {
+    return std::string(what) + "=" + std::to_string(v) + " is not a multiple of " + std::to_string(mult) +
+           ": TMA needs rows of a multiple of 16 bytes (" + std::to_string(mult) + " " +
+           std::to_string(8 * elem_bytes) + "-bit elements); pad it to " + std::to_string(pad_to(v, mult));
+  };
+  if (k % mult) return one("in_features K", k);
+  if (n % mult) return one("out_features N", n);
+  return "";
+}
+
+inline void check_problem(const Problem& p, int elem_bytes) {
+  KP_CHECK_ARG(p.m >= 0 && p.n >= 0 && p.k >= 0, "gemm: negative size");
+  const int64_t imax = std::numeric_limits<int32_t>::max();
+  KP_CHECK_ARG(p.m <= imax && p.n <= imax && p.k <= imax,
+               "gemm: M, N and K must each be below 2^31 (TMA coordinates are 32-bit)");
+  const std::string why = tma_size_problem(p.n, p.k, elem_bytes);
+  KP_CHECK_ARG(why.empty(), "gemm: " + why);
+  if (p.m == 0 || p.n == 0) return;  // nothing to compute: no pointer is read
+  KP_CHECK_ARG(p.k > 0, "gemm: K = 0 (nothing to accumulate): the caller computes epilogue(0)");
+  const int64_t mult = kTmaAlignBytes / elem_bytes;
+  auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % kTmaAlignBytes == 0; };
+  KP_CHECK_ARG(p.a && p.b && p.d, "gemm: A, B and D must not be null");
+  KP_CHECK_ARG(aligned(p.a) && aligned(p.b) && aligned(p.d), "gemm: A, B and D must be 16-byte aligned (TMA)");
+  KP_CHECK_ARG(p.lda % mult == 0 && p.ldb % mult == 0 && p.ldd % mult == 0,
+               "gemm: row strides must be multiples of " + std::to_string(mult) + " elements (16 bytes, TMA)");
+  KP_CHECK_ARG(p.lda >= p.k && p.ldb >= p.k && p.ldd >= p.n,
+               "gemm: a row stride is shorter than its row (a single row passes its length)");
+}
+
+}  // namespace kp::gemm

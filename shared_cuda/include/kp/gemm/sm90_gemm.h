@@ -1,0 +1,66 @@
+// kp's sm90a GEMM, the declarations: what a package's host dispatch includes. No CUTLASS here;
+// the definitions are in sm90_gemm.cuh, which only a package's instantiation files include, each
+// instantiating the (dtype, table row, epilogue) kernels it lists:
+//
+//   template struct kp::gemm::Sm90Gemm<kp::kBF16, kp::gemm::TableRow<Table, 0>, kp::gemm::epi::BiasAct>;
+//
+//   D[M, N] = epilogue(A[M, K] @ B[N, K]^T)   (problem.h), 16-bit A, B, D, fp32 accumulation
+//
+// Hopper only: wgmma, TMA and thread-block clusters exist on sm_90a machine code alone (not in
+// compute_90 PTX, not on other GPUs). sm90_device_problem() says whether a device can run it; an
+// sm80 path (Ampere/Ada: mma.sync + cp.async) is future work.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <initializer_list>
+#include <string>
+
+#include "kp/dtype.cuh"
+#include "kp/gemm/config.h"
+#include "kp/gemm/epilogues.h"
+#include "kp/gemm/problem.h"
+
+#if __has_include("kp/archs.h")
+#include "kp/archs.h"
+#endif
+
+namespace kp::gemm {
+
+template <int DType, class Config, class Kind>
+struct Sm90Gemm {
+  // Checks the problem (check_problem), then launches on `stream` of `device` (M = 0 or N = 0:
+  // nothing). K must be > 0: with nothing to accumulate the caller computes epilogue(0) itself.
+  static void run(const Problem& p, const typename Kind::Args& e, int device, cudaStream_t stream);
+  static const void* kernel();  // the __global__ function: for names in plan reports
+  static int smem_bytes();      // its dynamic shared memory
+  static int threads();         // its CTA size (a producer warpgroup + consumers)
+};
+
+// Whether this module carries sm_90a machine code. KP_SASS_ARCH_NAMES (the generated archs.h) is an
+// initializer list of strings: "80", "86", "89", "90a" for the default build.
+inline bool built_for_sm90a() {
+#ifdef KP_SASS_ARCH_NAMES
+  for (const char* name : {KP_SASS_ARCH_NAMES})
+    if (std::string(name) == "90a") return true;
+#endif
+  return false;
+}
+
+// "" when `device` can run the sm90a GEMM of this module, else why not.
+inline std::string sm90_device_problem(int device) {
+  if (!built_for_sm90a())
+    return "this build has no sm_90a machine code, which kp's GEMM needs (wgmma, TMA): rebuild with 90a in "
+           "KP_CUDA_ARCHS";
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return "cannot query device " + std::to_string(device);
+  }
+  if (major != 9 || minor != 0)
+    return "device " + std::to_string(device) + " is sm_" + std::to_string(10 * major + minor) +
+           ": kp's GEMM has a Hopper (sm_90a: H100, H200) path only; the sm80 path is future work";
+  return "";
+}
+
+}  // namespace kp::gemm
