@@ -20,6 +20,7 @@
 #include "kp/gemm/activation.cuh"
 #include "kp/host.cuh"
 #include "kp/launch.cuh"
+#include "kp/vec.cuh"
 
 namespace kp_fused_mlp {
 namespace {
@@ -66,20 +67,17 @@ template <> struct Gated<Act::kGeluTanh> {
   }
 };
 
-// V values of T moved as one packet (16 bytes when V = 16 / sizeof(T)).
+// V values of T at p as floats: one 16-byte packet (kp/vec.cuh) when V = 16 / sizeof(T), else one value.
 template <typename T, int V>
-struct alignas(sizeof(T) * V) Packet {
-  T v[V];
-};
-
-template <typename T, int V>
-__device__ __forceinline__ Packet<T, V> load(const T* p) {
-  return *reinterpret_cast<const Packet<T, V>*>(p);
+__device__ __forceinline__ void load_vals(const T* p, float* v) {
+  if constexpr (V == 1) v[0] = kp::to_f(*p);
+  else kp::ld_chunk<T, V, kp::Ld::Plain>(p, v);
 }
 
 template <typename T, int V>
-__device__ __forceinline__ void store(T* p, const Packet<T, V>& x) {
-  *reinterpret_cast<Packet<T, V>*>(p) = x;
+__device__ __forceinline__ void store_vals(T* p, const float* v) {
+  if constexpr (V == 1) *p = kp::from_f<T>(v[0]);
+  else kp::st_chunk<T, V>(p, v);
 }
 
 template <typename T, Act A, int V>
@@ -89,11 +87,12 @@ __global__ void __launch_bounds__(kThreads) glu_fwd_kernel(const T* __restrict__
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * V;
   if (c >= cols) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const Packet<T, V> g = load<T, V>(gate + r * gate_stride + c), u = load<T, V>(up + r * up_stride + c);
-    Packet<T, V> out;
+    float g[V], u[V], out[V];
+    load_vals<T, V>(gate + r * gate_stride + c, g);
+    load_vals<T, V>(up + r * up_stride + c, u);
 #pragma unroll
-    for (int i = 0; i < V; ++i) out.v[i] = kp::from_f<T>(Gated<A>::f(kp::to_f(g.v[i])) * kp::to_f(u.v[i]));
-    store<T, V>(y + r * cols + c, out);
+    for (int i = 0; i < V; ++i) out[i] = Gated<A>::f(g[i]) * u[i];
+    store_vals<T, V>(y + r * cols + c, out);
   }
 }
 
@@ -108,18 +107,18 @@ __global__ void __launch_bounds__(kThreads) glu_bwd_kernel(const T* __restrict__
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * V;
   if (c >= cols) return;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
-    const Packet<T, V> d = load<T, V>(dy + r * dy_stride + c);
-    const Packet<T, V> g = load<T, V>(gate + r * gate_stride + c), u = load<T, V>(up + r * up_stride + c);
-    Packet<T, V> dg, du;
+    float d[V], g[V], u[V], dg[V], du[V];
+    load_vals<T, V>(dy + r * dy_stride + c, d);
+    load_vals<T, V>(gate + r * gate_stride + c, g);
+    load_vals<T, V>(up + r * up_stride + c, u);
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      const float df = kp::to_f(d.v[i]);
-      const float2 fd = Gated<A>::f_df(kp::to_f(g.v[i]));
-      dg.v[i] = kp::from_f<T>(df * kp::to_f(u.v[i]) * fd.y);
-      du.v[i] = kp::from_f<T>(df * fd.x);
+      const float2 fd = Gated<A>::f_df(g[i]);
+      dg[i] = d[i] * u[i] * fd.y;
+      du[i] = d[i] * fd.x;
     }
-    store<T, V>(dgate + r * out_stride + c, dg);
-    store<T, V>(dup + r * out_stride + c, du);
+    store_vals<T, V>(dgate + r * out_stride + c, dg);
+    store_vals<T, V>(dup + r * out_stride + c, du);
   }
 }
 
@@ -146,11 +145,8 @@ dim3 grid_for(int64_t rows, int64_t cols, int vec) {
 
 // 16-byte packets when every pointer, row stride and the width allow them.
 bool packets_fit(const GluArgs& a, bool bwd, int elem_bytes) {
-  const int64_t v = 16 / elem_bytes;
-  auto ok = [&](const void* p, int64_t stride) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0 && (a.rows <= 1 || stride % v == 0);
-  };
-  bool fit = a.cols % v == 0 && ok(a.gate, a.gate_stride) && ok(a.up, a.up_stride) && ok(a.out, bwd ? a.out_stride : a.cols);
+  auto ok = [&](const void* p, int64_t stride) { return kp::rows_aligned16(p, a.rows <= 1 ? 0 : stride, elem_bytes); };
+  bool fit = (a.cols * elem_bytes) % 16 == 0 && ok(a.gate, a.gate_stride) && ok(a.up, a.up_stride) && ok(a.out, bwd ? a.out_stride : a.cols);
   if (bwd) fit = fit && ok(a.dy, a.dy_stride) && ok(a.out2, a.out_stride);
   return fit;
 }
