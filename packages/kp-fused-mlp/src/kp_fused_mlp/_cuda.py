@@ -65,9 +65,8 @@ def linear_act_supports(forced: bool, device_type: str, device_index, dtype, gra
         return f"the tensors are on {device_type}; the CUDA kernels need a CUDA device"
     if dtype not in _GEMM_DTYPES:
         return f"the cuda GEMM takes float16 and bfloat16, not {dtype}"
-    if grad:
-        return ("the cuda level of linear_act has no backward yet (inference only); "
-                "backend='auto' or 'reference' differentiates it")  # fmt: skip
+    # A call that needs gradients has the same needs: its backward GEMMs read W, dP and x in place
+    # (MN-major) with rows of K and N elements, and write dX [M, K] and dW [N, K].
     why = tma_size_problem(n, k, dtype.itemsize)
     if why:
         return why
@@ -98,23 +97,137 @@ def _tma_ready(t: torch.Tensor) -> torch.Tensor:
 ACT_CODES = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}  # kp::gemm::Act
 
 
+def _ld(t: torch.Tensor) -> int:
+    """The row stride the native side reads: a single row passes its length."""
+    return t.stride(0) if t.shape[0] > 1 else t.shape[1]
+
+
+def _operands(x, weight, bias):
+    n = weight.shape[0]
+    if bias is not None:
+        bias = _tma_ready(bias.view(1, n)).view(n)
+    return _tma_ready(x), _tma_ready(weight), bias
+
+
 def linear_act_fwd(x: torch.Tensor, weight: torch.Tensor, bias, activation: str, config: int = -1) -> torch.Tensor:
     """x [M, K] (unit column stride), weight [N, K], bias [N] or None, all one 16-bit dtype;
     M, N, K > 0. Returns y [M, N], contiguous."""
     (m, k), n = x.shape, weight.shape[0]
-    x, weight = _tma_ready(x), _tma_ready(weight)
-    if bias is not None:
-        bias = _tma_ready(bias.view(1, n)).view(n)
+    x, weight, bias = _operands(x, weight, bias)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     index = x.device.index
     NATIVE.module.linear_act(
-        x.data_ptr(), x.stride(0) if m > 1 else k, weight.data_ptr(), weight.stride(0) if n > 1 else k,
-        0 if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, dtypes.code(x.dtype),
-        ACT_CODES[activation], config, index, current_stream(index),
+        x.data_ptr(), _ld(x), weight.data_ptr(), _ld(weight), 0 if bias is None else bias.data_ptr(), y.data_ptr(),
+        m, n, k, dtypes.code(x.dtype), ACT_CODES[activation], config, index, current_stream(index),
     )  # fmt: skip
     return y
+
+
+# The activations whose backward reads Z = x W^T + b (saved by the training forward's epilogue);
+# relu's reads y (relu'(z) = [y > 0]) and none's nothing: those run the inference kernels.
+SAVES_PRE = ("gelu", "gelu_tanh", "silu")
+
+
+def linear_act_train(x: torch.Tensor, weight: torch.Tensor, bias, activation: str, config: int = -1):
+    """The forward of a call that needs gradients: (y, Z [M, N] contiguous, or None where the
+    backward does not read it). config: a training row (gemm_bwd_configs()) or -1."""
+    if activation not in SAVES_PRE:
+        return linear_act_fwd(x, weight, bias, activation, config), None
+    (m, k), n = x.shape, weight.shape[0]
+    x, weight, bias = _operands(x, weight, bias)
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    z = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    index = x.device.index
+    NATIVE.module.linear_act_save(
+        x.data_ptr(), _ld(x), weight.data_ptr(), _ld(weight), 0 if bias is None else bias.data_ptr(), y.data_ptr(),
+        z.data_ptr(), m, n, k, dtypes.code(x.dtype), ACT_CODES[activation], config, index, current_stream(index),
+    )  # fmt: skip
+    return y, z
+
+
+def linear_act_bwd(dy, x, weight, pre, activation: str, need_dx: bool, need_dw: bool, need_db: bool, config: int = -1):
+    """(dx [M, K], dweight [N, K], dbias [N]), each None where not needed. dy [M, N] rows; x [M, K]
+    (read when need_dw), weight [N, K] (read when need_dx); pre: Z, or y for relu, or nothing for
+    none. dP = dy act'(pre) (one elementwise pass; dy itself for none), then two GEMMs that read
+    dP, W and x in place: dx = dP W, dweight = dP^T x (fp32 accumulation over M, one rounding)."""
+    m, n = dy.shape
+    k = weight.shape[1] if need_dx else x.shape[1]
+    opts = dict(dtype=dy.dtype, device=dy.device)
+    if m == 0 or k == 0:  # nothing to accumulate
+        return (dy.new_zeros((m, k)) if need_dx else None, dy.new_zeros((n, k)) if need_dw else None,
+                dy.new_zeros((n,)) if need_db else None)  # fmt: skip
+    mod, index, code = NATIVE.module, dy.device.index, dtypes.code(dy.dtype)
+    stream = current_stream(index)
+    dy = _tma_ready(dy)
+    db = torch.empty((n,), **opts) if need_db else None
+    partial = torch.empty((mod.dpre_partial_rows(m, n, index), n), dtype=torch.float32, device=dy.device) if need_db else None
+    if activation == "none":
+        dp = dy
+        if need_db:
+            mod.linear_act_dpre(dy.data_ptr(), _ld(dy), 0, 0, 0, partial.data_ptr(), db.data_ptr(), m, n, code,
+                                ACT_CODES[activation], index, stream)  # fmt: skip
+    else:
+        pre = _tma_ready(pre)
+        dp = torch.empty((m, n), **opts)
+        mod.linear_act_dpre(dy.data_ptr(), _ld(dy), pre.data_ptr(), _ld(pre), dp.data_ptr(),
+                            0 if partial is None else partial.data_ptr(), 0 if db is None else db.data_ptr(), m, n,
+                            code, ACT_CODES[activation], index, stream)  # fmt: skip
+    dx = dw = None
+    if need_dx:
+        weight = _tma_ready(weight)
+        dx = torch.empty((m, k), **opts)
+        mod.linear_act_dgrad(dp.data_ptr(), _ld(dp), weight.data_ptr(), _ld(weight), dx.data_ptr(), m, n, k, code,
+                             config, index, stream)  # fmt: skip
+    if need_dw:
+        x = _tma_ready(x)
+        dw = torch.empty((n, k), **opts)
+        mod.linear_act_wgrad(dp.data_ptr(), _ld(dp), x.data_ptr(), _ld(x), dw.data_ptr(), m, n, k, code, config,
+                             index, stream)  # fmt: skip
+    return dx, dw, db
 
 
 def gemm_plan(m: int, n: int, k: int) -> str:
     """The name of the GEMM table row a call of this shape gets (csrc/gemm_table.h)."""
     return NATIVE.module.gemm_configs()[NATIVE.module.gemm_plan(m, n, k)]
+
+
+def gemm_bwd_plan(m: int) -> str:
+    """The training row (csrc/gemm_bwd_table.h) of a GEMM with m output rows: the training forward
+    and dx at m = tokens, dweight at m = out_features."""
+    return NATIVE.module.gemm_configs()[NATIVE.module.gemm_bwd_plan(m)]
+
+
+RASTERS = {"row": -1, "heuristic": 0, "along_m": 1, "along_n": 2}  # kp::gemm::Sm90Raster codes; "row": the table's
+
+
+class scheduler_override:
+    """Every GEMM of this module, from now on: the persistent tile scheduler's max_swizzle (1, 2, 4
+    or 8 tiles walked together; 0: each table row's own) and raster order ("along_m", "along_n",
+    "heuristic"; "row": each row's own). Run-time arguments of the kernels, not new kernels: for
+    sweeps (tools/gemm_scheduler_sweep.py). As a context manager it restores the previous setting
+    on exit:
+
+        with _cuda.scheduler_override(4, "along_m"):
+            ...
+    """
+
+    def __init__(self, max_swizzle: int = 0, raster: str = "row"):
+        if raster not in RASTERS:
+            raise ValueError(f"scheduler_override: raster must be one of {', '.join(RASTERS)}, got {raster!r}")
+        if not NATIVE.loaded:
+            raise RuntimeError(f"scheduler_override: kp_fused_mlp's CUDA level is not loaded ({NATIVE.error})")
+        self.previous = tuple(NATIVE.module.gemm_scheduler())
+        NATIVE.module.gemm_scheduler_override(int(max_swizzle), RASTERS[raster])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        NATIVE.module.gemm_scheduler_override(*self.previous)
+        return False
+
+
+def scheduler() -> tuple:
+    """(max_swizzle, raster) as overridden now: (0, "row") when each table row's own apply."""
+    swizzle, raster = NATIVE.module.gemm_scheduler()
+    return swizzle, {v: k for k, v in RASTERS.items()}[raster]
