@@ -22,10 +22,11 @@
 #include "kp/launch.cuh"
 #include "kp/vec.cuh"
 #include "linear_act_bwd.cuh"
-#include "packets.cuh"
 
 namespace kp_fused_mlp {
 namespace {
+
+using kp::gemm::Act;
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxGridY = 65535;
@@ -43,14 +44,14 @@ __global__ void __launch_bounds__(kThreads) dpre_kernel(const T* __restrict__ dy
   float sum[V] = {};
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     float d[V];
-    load_vals<T, V>(dy + r * dy_stride + c, d);
+    kp::ld_chunk<T, V, kp::Ld::Plain>(dy + r * dy_stride + c, d);
     if constexpr (A != Act::kNone) {
       float z[V];
-      load_vals<T, V>(pre + r * pre_stride + c, z);
+      kp::ld_chunk<T, V, kp::Ld::Plain>(pre + r * pre_stride + c, z);
 #pragma unroll
-      for (int i = 0; i < V; ++i) d[i] *= ActGrad<A>::df(z[i]);
+      for (int i = 0; i < V; ++i) d[i] *= act_grad<A>(z[i]);
     }
-    if (dp) store_vals<T, V>(dp + r * cols + c, d);
+    if (dp) kp::st_chunk<T, V>(dp + r * cols + c, d);
     if (partial) {
 #pragma unroll
       for (int i = 0; i < V; ++i) sum[i] += d[i];

@@ -14,14 +14,13 @@
 #include <string>
 #include <type_traits>
 
-#include "act_grad.cuh"
 #include "glu.cuh"
 #include "kp/dtype.cuh"
 #include "kp/error.cuh"
+#include "kp/gemm/activation.cuh"
 #include "kp/host.cuh"
 #include "kp/launch.cuh"
 #include "kp/vec.cuh"
-#include "packets.cuh"
 
 namespace kp_fused_mlp {
 namespace {
@@ -30,6 +29,56 @@ using kp::gemm::Act;
 
 constexpr int kThreads = 256;
 constexpr int64_t kMaxGridY = 65535;
+
+__device__ __forceinline__ float sigmoid(float g) { return 1.f / (1.f + expf(-g)); }
+
+// act(g) and (act(g), act'(g)) in fp32, with torch's formulas (kp_fused_mlp.reference).
+template <Act A> struct Gated;
+
+template <> struct Gated<Act::kSilu> {
+  static __device__ __forceinline__ float f(float g) { return g * sigmoid(g); }
+  // d/dg g s(g) = s (1 + g (1 - s)).
+  static __device__ __forceinline__ float2 f_df(float g) {
+    const float s = sigmoid(g);
+    return make_float2(g * s, s * (1.f + g * (1.f - s)));
+  }
+};
+
+template <> struct Gated<Act::kGelu> {
+  static __device__ __forceinline__ float f(float g) { return kp::gemm::gelu(g); }
+  // d/dg g Phi(g) = Phi(g) + g phi(g), phi(g) = exp(-g^2 / 2) / sqrt(2 pi).
+  static __device__ __forceinline__ float2 f_df(float g) {
+    const float cdf = 0.5f * (1.f + erff(g * 0.70710678118654752f));
+    return make_float2(g * cdf, cdf + g * expf(-0.5f * g * g) * 0.39894228040143268f);
+  }
+};
+
+template <> struct Gated<Act::kGeluTanh> {
+  // libm's tanhf, not the GEMM epilogue's fast form: this kernel also writes fp32, and it is bound
+  // by memory, not instructions.
+  static __device__ __forceinline__ float f(float g) {
+    return 0.5f * g * (1.f + tanhf(0.79788456080286536f * (g + 0.044715f * g * g * g)));
+  }
+  // t = tanh(k (g + c g^3)): d/dg g (1 + t) / 2 = (1 + t) / 2 + g (1 - t^2) k (1 + 3 c g^2) / 2.
+  static __device__ __forceinline__ float2 f_df(float g) {
+    constexpr float k = 0.79788456080286536f, c = 0.044715f;
+    const float t = tanhf(k * (g + c * g * g * g));
+    return make_float2(0.5f * g * (1.f + t), 0.5f * (1.f + t) + 0.5f * g * (1.f - t * t) * k * (1.f + 3.f * c * g * g));
+  }
+};
+
+// V values of T at p as floats: one 16-byte packet (kp/vec.cuh) when V = 16 / sizeof(T), else one value.
+template <typename T, int V>
+__device__ __forceinline__ void load_vals(const T* p, float* v) {
+  if constexpr (V == 1) v[0] = kp::to_f(*p);
+  else kp::ld_chunk<T, V, kp::Ld::Plain>(p, v);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store_vals(T* p, const float* v) {
+  if constexpr (V == 1) *p = kp::from_f<T>(v[0]);
+  else kp::st_chunk<T, V>(p, v);
+}
 
 template <typename T, Act A, int V>
 __global__ void __launch_bounds__(kThreads) glu_fwd_kernel(const T* __restrict__ gate, int64_t gate_stride,
@@ -42,7 +91,7 @@ __global__ void __launch_bounds__(kThreads) glu_fwd_kernel(const T* __restrict__
     load_vals<T, V>(gate + r * gate_stride + c, g);
     load_vals<T, V>(up + r * up_stride + c, u);
 #pragma unroll
-    for (int i = 0; i < V; ++i) out[i] = ActGrad<A>::f(g[i]) * u[i];
+    for (int i = 0; i < V; ++i) out[i] = Gated<A>::f(g[i]) * u[i];
     store_vals<T, V>(y + r * cols + c, out);
   }
 }
@@ -64,7 +113,7 @@ __global__ void __launch_bounds__(kThreads) glu_bwd_kernel(const T* __restrict__
     load_vals<T, V>(up + r * up_stride + c, u);
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      const float2 fd = ActGrad<A>::f_df(g[i]);
+      const float2 fd = Gated<A>::f_df(g[i]);
       dg[i] = d[i] * u[i] * fd.y;
       du[i] = d[i] * fd.x;
     }

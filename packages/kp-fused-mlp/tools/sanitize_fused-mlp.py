@@ -1,7 +1,14 @@
 """What compute-sanitizer (memcheck, racecheck) runs over kp-fused-mlp's CUDA kernels: every dtype
 and gated activation (swiglu, geglu exact and tanh), odd and real sizes, strided rows and packed
 halves, forward and backward, each checked against float64; and linear_act's sm90 GEMM, every row
-of its table with each epilogue, on shapes with M, N and K tails (tools/gpu_check.sh sanitize)."""
+of its table with each epilogue, on shapes with M, N and K tails, and its training path (the
+Z-saving forward, dP with the bias gradient, the dX and dW GEMMs) on each training row
+(tools/gpu_check.sh sanitize).
+
+    python sanitize_fused-mlp.py [glu] [forward] [train]      (default: all three)
+"""
+import sys
+
 import torch
 import torch.nn.functional as F
 from kp_core import testing as kt
@@ -16,7 +23,9 @@ OPS = {
                    lambda t: F.gelu(t, approximate="tanh")),
 }  # fmt: skip
 
-for name, (fn, act) in OPS.items():
+PARTS = set(sys.argv[1:]) or {"glu", "forward", "train"}
+
+for name, (fn, act) in OPS.items() if "glu" in PARTS else ():
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for rows, cols in SHAPES:
             for packed in (False, True):
@@ -39,7 +48,7 @@ for name, (fn, act) in OPS.items():
 from kp_fused_mlp import _cuda, reference  # noqa: E402
 
 if not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64):  # an sm_90 GPU
-    for config, row in enumerate(_cuda.NATIVE.module.gemm_configs()):
+    for config, row in enumerate(_cuda.NATIVE.module.gemm_configs() if "forward" in PARTS else ()):
         for dtype in (torch.float16, torch.bfloat16):
             for m, k, n in [(1, 64, 128), (77, 200, 264), (130, 1032, 520)]:  # tails of every tile
                 x = kt.randn((m, k), dtype=dtype, device="cuda", seed=m)
@@ -50,5 +59,23 @@ if not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64)
                     z = x.double() @ w.double().t() + (0 if bias is None else bias.double())
                     want = reference.ACTIVATIONS[act](z)
                     kt.assert_matches_oracle(y, want, name=f"linear_act {row} {act} {m}x{k}x{n}")
+    for config in _cuda.NATIVE.module.gemm_bwd_configs() if "train" in PARTS else ():  # the training kernels
+        for dtype in (torch.float16, torch.bfloat16):
+            for m, k, n in [(1, 40, 24), (77, 200, 264), (130, 1032, 136)]:
+                x = kt.randn((m, k), dtype=dtype, device="cuda", seed=m)
+                w = kt.randn((n, k), dtype=dtype, device="cuda", seed=n) / k**0.5
+                b = kt.randn((n,), dtype=dtype, device="cuda", seed=k)
+                dy = kt.randn((m, n), dtype=dtype, device="cuda", seed=m + n)
+                for bias, act in ((b, "gelu_tanh"), (None, "silu"), (b, "relu"), (b, "none")):
+                    y, z = _cuda.linear_act_train(x, w, bias, act, config=config)
+                    pre = y if act == "relu" else z
+                    dx, dw, db = _cuda.linear_act_bwd(dy, x, w, pre, act, True, True, bias is not None, config=config)
+                    leaves = [t.double().requires_grad_(True) for t in (x, w, b)]
+                    y64 = reference.ACTIVATIONS[act](leaves[0] @ leaves[1].t() + (leaves[2] if bias is not None else 0))
+                    want = torch.autograd.grad(y64, leaves[: 3 if bias is not None else 2], dy.double())
+                    name = f"linear_act train {config} {act} {m}x{k}x{n}"
+                    kt.assert_matches_oracle(y, y64.detach(), name=f"{name} y")
+                    for got, w64, what in zip((dx, dw, db), want, ("dx", "dw", "db")):
+                        kt.assert_matches_oracle(got, w64, name=f"{name} {what}")
 torch.cuda.synchronize()
 print("sanitize_fused-mlp: all paths ran")
