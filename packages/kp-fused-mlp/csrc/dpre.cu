@@ -99,7 +99,6 @@ void linear_act_dpre(const DpreArgs& a, int device, cudaStream_t stream) {
   if (a.m == 0 || a.n == 0) return;
   const bool act_none = a.act == static_cast<int>(Act::kNone);
   KP_CHECK_ARG(a.dp != nullptr || a.db != nullptr, op + "nothing to compute (dp and db are null)");
-  KP_CHECK_ARG(act_none || a.dp != nullptr, op + "dp must not be null for an activation (dP = dY act'(Z))");
   KP_CHECK_ARG(a.db == nullptr || a.partial != nullptr, op + "db needs the fp32 partial buffer");
   kp::check_rows("dy", a.dy, a.dy_stride, a.m, a.n);
   KP_CHECK_ARG(kp::rows_aligned16(a.dy, a.m <= 1 ? 0 : a.dy_stride, 2), op + "dy rows must be 16-byte aligned");

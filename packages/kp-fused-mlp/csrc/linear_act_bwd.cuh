@@ -33,7 +33,7 @@ struct GradGemmArgs {
 void linear_act_dgrad(const GradGemmArgs& a, int config, int device, cudaStream_t stream);
 void linear_act_wgrad(const GradGemmArgs& a, int config, int device, cudaStream_t stream);
 
-// dp = dy act'(pre) ([m, n], contiguous; null: not written, e.g. activation none) and, when db is
+// dp = dy act'(pre) ([m, n], contiguous; null: not written: activation none, or db alone) and, when db is
 // not null, db[n] = sum over rows of dy act'(pre) in fp32 through `partial` (fp32 [P, n] scratch,
 // P = dpre_partial_rows(m, n, device)), rounded once to the dtype. dy and pre: 16-byte aligned
 // rows (n a multiple of 8). For relu, pre may be y itself (relu'(z) = [y > 0]).

@@ -399,11 +399,19 @@ def test_empty_gradients(level, seed):
     assert x.grad.shape == (0, 16) and torch.equal(w.grad, torch.zeros_like(w)) and torch.equal(b.grad, torch.zeros_like(b))
 
 
-def test_cuda_backward_with_no_rows_launches_nothing():
-    """The cuda level's backward impl at M = 0 returns zeros before any native call (runs on CPU)."""
+def test_cuda_backward_with_nothing_to_accumulate_launches_nothing():
+    """The cuda level's backward impl at M = 0 or N = 0 returns zeros before any native call, and
+    reads K from whichever of x and weight was saved (runs on CPU)."""
+    none = torch.empty((0,))
     dy, x, w = torch.empty((0, 8)), torch.empty((0, 16)), torch.ones((8, 16))
-    dx, dw, db = _cuda.linear_act_bwd(dy, x, w, torch.empty((0,)), "silu", True, True, True)
+    dx, dw, db = _cuda.linear_act_bwd(dy, x, w, none, "silu", True, True, True)
     assert dx.shape == (0, 16) and torch.equal(dw, torch.zeros(8, 16)) and torch.equal(db, torch.zeros(8))
+    assert _cuda.linear_act_bwd(dy, x, none, none, "silu", False, True, False)[1].shape == (8, 16)  # no weight saved
+    assert _cuda.linear_act_bwd(dy, none, w, none, "silu", True, False, False)[0].shape == (0, 16)  # no x saved
+    assert _cuda.linear_act_bwd(dy, none, none, none, "silu", False, False, True)[2].shape == (8,)  # bias only
+    dx, dw, db = _cuda.linear_act_bwd(torch.empty((5, 0)), torch.ones(5, 16), torch.ones(0, 16), none, "relu",
+                                      True, True, True)  # fmt: skip
+    assert torch.equal(dx, torch.zeros(5, 16)) and dw.shape == (0, 16) and db.shape == (0,)
 
 
 def test_reference_registered_backward_matches_autograd(seed):
@@ -501,8 +509,8 @@ def test_native_training_functions_check_their_arguments():
         mod.linear_act_dpre(**{**dpre, "act": 9})
     with pytest.raises(ValueError, match="dy rows must be 16-byte aligned"):
         mod.linear_act_dpre(**{**dpre, "dy_stride": 68})
-    with pytest.raises(ValueError, match="dp must not be null for an activation"):
-        mod.linear_act_dpre(**{**dpre, "dp": 0})
+    with pytest.raises(ValueError, match="nothing to compute"):
+        mod.linear_act_dpre(**{**dpre, "dp": 0, "db": 0})
     with pytest.raises(ValueError, match="db needs the fp32 partial buffer"):
         mod.linear_act_dpre(**{**dpre, "partial": 0})
     mod.linear_act_dpre(**{**dpre, "m": 0})  # nothing to do

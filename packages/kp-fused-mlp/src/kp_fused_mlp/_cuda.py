@@ -151,9 +151,9 @@ def linear_act_bwd(dy, x, weight, pre, activation: str, need_dx: bool, need_dw: 
     none. dP = dy act'(pre) (one elementwise pass; dy itself for none), then two GEMMs that read
     dP, W and x in place: dx = dP W, dweight = dP^T x (fp32 accumulation over M, one rounding)."""
     m, n = dy.shape
-    k = weight.shape[1] if need_dx else x.shape[1]
+    k = weight.shape[1] if need_dx else x.shape[1] if need_dw else 0  # only dx and dw have K columns
     opts = dict(dtype=dy.dtype, device=dy.device)
-    if m == 0 or k == 0:  # nothing to accumulate
+    if m == 0 or n == 0 or (k == 0 and not need_db):  # nothing to accumulate
         return (dy.new_zeros((m, k)) if need_dx else None, dy.new_zeros((n, k)) if need_dw else None,
                 dy.new_zeros((n,)) if need_db else None)  # fmt: skip
     mod, index, code = NATIVE.module, dy.device.index, dtypes.code(dy.dtype)
@@ -168,11 +168,13 @@ def linear_act_bwd(dy, x, weight, pre, activation: str, need_dx: bool, need_dw: 
                                 ACT_CODES[activation], index, stream)  # fmt: skip
     else:
         pre = _tma_ready(pre)
-        dp = torch.empty((m, n), **opts)
-        mod.linear_act_dpre(dy.data_ptr(), _ld(dy), pre.data_ptr(), _ld(pre), dp.data_ptr(),
+        dp = torch.empty((m, n), **opts) if need_dx or need_dw else None  # the bias gradient alone: no dP
+        mod.linear_act_dpre(dy.data_ptr(), _ld(dy), pre.data_ptr(), _ld(pre), 0 if dp is None else dp.data_ptr(),
                             0 if partial is None else partial.data_ptr(), 0 if db is None else db.data_ptr(), m, n,
                             code, ACT_CODES[activation], index, stream)  # fmt: skip
     dx = dw = None
+    if k == 0:  # x [M, 0]: the bias gradient alone is nonzero
+        return dy.new_zeros((m, 0)) if need_dx else None, dy.new_zeros((n, 0)) if need_dw else None, db
     if need_dx:
         weight = _tma_ready(weight)
         dx = torch.empty((m, k), **opts)
