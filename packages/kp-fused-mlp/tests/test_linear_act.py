@@ -667,3 +667,17 @@ def test_cuda_training_graph_capture(seed):
 
     got = kt.graph_captured(step, x, w, b)
     _check_grads(got, x.detach(), w.detach(), b.detach(), "silu", dy, "graph")
+
+
+@pytest.mark.gpu
+def test_training_on_another_cuda_device(seed):
+    """cuda:1 when present, cuda:0 current: the training kernels (forward, dP, both GEMMs, the
+    column sum) run on the tensors' device and its current stream."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU")
+    x, w, b = (t.requires_grad_(True) for t in _inputs((100, 512), 256, torch.bfloat16, "cuda:1", seed, True))
+    dy = kt.randn((100, 256), dtype=torch.bfloat16, device="cuda:1", seed=seed + 3)
+    with torch.cuda.device(0):
+        got = torch.autograd.grad(kp_fused_mlp.linear_act(x, w, b, "gelu", backend="cuda"), (x, w, b), dy)
+    assert all(g.device == x.device for g in got)
+    _check_grads(got, x.detach(), w.detach(), b.detach(), "gelu", dy, "cuda:1")
