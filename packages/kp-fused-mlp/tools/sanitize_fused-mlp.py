@@ -3,11 +3,16 @@ and gated activation (swiglu, geglu exact and tanh), odd and real sizes, strided
 halves, forward and backward, each checked against float64; linear_act's sm90 GEMM, every row
 of its table with each epilogue, on shapes with M, N and K tails; and the decode kernels of
 linear_act and gated_linear (every decode row, K splits) (tools/gpu_check.sh sanitize)."""
+import sys
+
 import torch
 import torch.nn.functional as F
 from kp_core import testing as kt
 
 import kp_fused_mlp
+
+# Sections to run: `python sanitize_fused-mlp.py [glu] [gemm] [decode]` (default: all).
+SECTIONS = set(sys.argv[1:]) or {"glu", "gemm", "decode"}
 
 SHAPES = [(1, 1), (3, 5), (7, 130), (1, 4096), (65, 11008), (3, 14336)]
 OPS = {
@@ -17,7 +22,7 @@ OPS = {
                    lambda t: F.gelu(t, approximate="tanh")),
 }  # fmt: skip
 
-for name, (fn, act) in OPS.items():
+for name, (fn, act) in OPS.items() if "glu" in SECTIONS else ():
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for rows, cols in SHAPES:
             for packed in (False, True):
@@ -39,7 +44,7 @@ for name, (fn, act) in OPS.items():
                 kt.assert_matches_oracle(gate_up.grad, want, scale=d_floor, name=f"{name} dgate_up")
 from kp_fused_mlp import _cuda, reference  # noqa: E402
 
-if not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64):  # an sm_90 GPU
+if "gemm" in SECTIONS and not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64):  # sm_90
     for config, row in enumerate(_cuda.NATIVE.module.gemm_configs()):
         for dtype in (torch.float16, torch.bfloat16):
             for m, k, n in [(1, 64, 128), (77, 200, 264), (130, 1032, 520)]:  # tails of every tile
@@ -54,7 +59,7 @@ if not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64)
 # The decode kernels (csrc/decode_gemv.cu): every table row (M 1, 7 | 16 | 31, and 40 forced: two
 # 32-token chunks), K and N tails of every tile (N = 13, 264; K = 1032: a partial k-step), one split
 # and several (the fp32 workspace and the programmatic-dependent reduce), linear and gated.
-if not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64, True):  # sm80+
+if "decode" in SECTIONS and not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64, True):
     decode = _cuda.decode_config()
     for dtype in (torch.float16, torch.bfloat16):
         for m in (1, 7, 16, 31, 40):
