@@ -15,13 +15,14 @@
 //   stages    k-steps of weights (32 columns x 32 rows, 2 KB a warp, 16 B a thread and row) in
 //             each warp's register ring: the bytes in flight are stages x 2 KB a warp. Ring
 //             registers: 16 x stages. m8: 8 stages = 128 + 8 accumulators; m32: 4 = 64 + 32.
-//             At 3 CTAs (12 warps) an SM: 192 / 144 / 96 KB issued per SM, 3-6x the ~30 KB.
+//             ptxas (sm_90a): 168-198 registers, no spills: 2 CTAs (8 warps) an SM, 128 / 96 /
+//             64 KB issued per SM (m8 / m16 / m32), 2-4x the ~30 KB; one CTA alone: half.
 //   fill      CTAs per SM the split rule aims for: a row block is 128 weight rows, so
 //             N = 4096 gives 32 CTAs; 132 SMs want several K splits.
 //   min_split_steps  k-steps a split keeps at least (its ring must fill: >= 2 x stages).
-//   ws_pct    the fp32 partials of a split (written and read: 8 S M N bytes) may cost at most
-//             this % of the weight bytes (2 N K): S <= ws_pct K / (400 M). At M = 32 and K =
-//             4096 that is S = 1 (a split costs 3% of the time it would save on latency).
+//   ws_pct    the fp32 partials of the splits (written and read: 8 S M N bytes) may cost at
+//             most this % of the weight bytes (2 N K): S <= ws_pct K / (400 M). K = 4096: S <= 2
+//             at 16 tokens (112 -> 224 CTAs for N = 14336: every SM busy), S = 1 at 32.
 // Splits S = min(ceil(fill x SMs / CTAs), floor(resident CTAs / CTAs) (one wave: every CTA
 // moves the same bytes, so a second partial wave would be a tail), K-steps / min_split_steps,
 // the ws_pct bound, kMaxSplits), at least 1. `decode_splits` (Python) overrides S for sweeps.
@@ -44,9 +45,9 @@ struct DecodeRow {
 struct DecodeTable {
   static constexpr DecodeRow rows[] = {
       // name          max_m  m_tiles  stages  fill  min_split_steps  ws_pct
-      {"decode_m8",        8,       1,      8,    2,               16,     3},
-      {"decode_m16",      16,       2,      6,    2,               12,     3},
-      {"decode_m32",      32,       4,      4,    2,                8,     3},
+      {"decode_m8",        8,       1,      8,    2,               16,     4},
+      {"decode_m16",      16,       2,      6,    2,               12,     4},
+      {"decode_m32",      32,       4,      4,    2,                8,     4},
   };
   static constexpr int size = sizeof(rows) / sizeof(rows[0]);
   static constexpr int max_m = rows[size - 1].max_m;  // the cut: linear_act's GEMM above it
