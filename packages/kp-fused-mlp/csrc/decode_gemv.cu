@@ -17,8 +17,10 @@
 // evict_first policy (read once; keeps the L2 for x, the partials and the rest of the model).
 //
 // K splits (grid y) write fp32 partials [split, m, rows]; a second kernel sums them in split
-// order (deterministic: no atomics) and applies the epilogue. It is launched as a programmatic
-// dependent (sm90), so its launch hides under the main kernel's tail.
+// order (deterministic: no atomics) and applies the epilogue. Both kernels are launched as
+// programmatic dependents (sm90) and trigger their dependents at their start, so a kernel's launch
+// hides under the previous one's tail; each waits (griddepcontrol.wait) before its first global
+// access, so the overlap never reads what the previous kernel is still writing.
 //
 // Instantiations, listed on purpose: 3 table rows x 2 dtypes x {linear, gated} main kernels, and
 // 2 dtypes x {linear, gated} reduce kernels: 16 kernels.
@@ -123,7 +125,11 @@ __device__ __forceinline__ void mma_step(float (&c)[4], const uint4& lo, const u
 // rows + the 16 up rows I below them), y = K splits, z = 32-token (MT x 8) chunks of x.
 template <typename T, int MT, int U, bool GATED>
 __global__ void __launch_bounds__(kThreads) decode_gemv_kernel(const Params p) {
-  kp::allow_dependents();  // the reduce kernel may launch now; it waits for this grid's writes
+  // Launched as a programmatic dependent: this CTA may be resident before the previous kernel of
+  // the stream has finished (when that kernel triggers early, as this one does). Nothing global
+  // is read or written before the wait: x may be that kernel's output, and so may the weights.
+  kp::wait_prior_grid();
+  kp::allow_dependents();  // the next kernel (the reduce, the next decode call) may launch now
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t warp_id = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   // Output column of tile r's row g (+ 8 h); its weight row is col (+ I for the gated up tile).
@@ -238,6 +244,7 @@ __global__ void __launch_bounds__(kThreads) decode_gemv_kernel(const Params p) {
 template <typename T, bool GATED>
 __global__ void __launch_bounds__(kReduceThreads) decode_reduce_kernel(const Params p) {
   kp::wait_prior_grid();  // the partials of the main kernel (launched before, as our primary)
+  kp::allow_dependents();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kReduceThreads + threadIdx.x;
   if (i >= p.m * p.n_out) return;
   const int64_t tok = i / p.n_out, col = i - tok * p.n_out;
@@ -386,8 +393,11 @@ void decode_gemv(const DecodeArgs& a, int splits, int device, cudaStream_t strea
   const Params p{a.x, a.x_stride, a.w, a.w_stride, a.bias, a.y, a.ws, a.m, a.n_out,
                  a.gated ? 2 * a.n_out : a.n_out, a.k, a.act, pl.splits, pl.split_steps};
   kp::DeviceGuard guard(device);
+  // A programmatic dependent launch (sm90; plain elsewhere): after a kernel that triggers early
+  // (this one's gated call before the down projection of GatedMLP), the CTAs are scheduled under
+  // its tail instead of after it, which takes the launch gap (~1-2 us of a 25-80 us call) off.
   with_main_kernel(a.dtype, pl.row, a.gated, [&](auto kernel) {
-    kp::launch(kernel, device, dim3(pl.grid_x, pl.grid_y, pl.grid_z), dim3(kThreads), 0, stream, 1, p);
+    kp::launch_dependent(kernel, device, dim3(pl.grid_x, pl.grid_y, pl.grid_z), dim3(kThreads), 0, stream, p);
   });
   if (pl.splits == 1) return;
   const dim3 grid(static_cast<unsigned>(kp::cdiv(a.m * a.n_out, kReduceThreads)));
