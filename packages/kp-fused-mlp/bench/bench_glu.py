@@ -3,10 +3,11 @@
     python packages/kp-fused-mlp/bench/bench_glu.py [--quick] [--filter SUBSTR] [--out DIR] [--no-plot]
 
 Impls: kp-cuda and kp-triton (forced backends) on the two halves, kp-cuda-packed on the packed
-tensor itself (one packed gradient), torch (F.silu(gate) * up, eager), torch.compile (of the same
-expression in fp32, rounded once: what a user gets compiling their own), and Liger's SwiGLU when
-installed (swiglu only). bf16; gate and up are the halves of one packed [tokens, 2 * intermediate]
-tensor, as a fused gate-up projection writes them. Memory-bound: the ceiling is copy bandwidth.
+tensor itself (one packed gradient), torch (F.silu(gate) * up, eager), torch.compile-packed (the
+same expression in fp32, rounded once, compiled on the packed tensor: what a user gets compiling
+their own MLP), and Liger's SwiGLU and
+tanh GeGLU when installed (on contiguous halves, as its LlamaMLP gives them). bf16; gate and up are
+the halves of one packed [tokens, 2 * intermediate] tensor, as a fused gate-up projection writes them. Memory-bound: the ceiling is copy bandwidth.
 """
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ import functools
 
 import torch
 import torch.nn.functional as F
-
 from kp_core import bench
 
 kp_fused_mlp = bench.require("kp_fused_mlp", "bench_glu", "pip install -e packages/kp-core -e packages/kp-fused-mlp")
 # Liger is an optional baseline: its rows are skipped, with the reason, when it is missing.
-(LigerSiLUMulFunction,), _LIGER_MISSING = bench.optional("Liger", "liger_kernel.ops.swiglu:LigerSiLUMulFunction")
+(LigerSiLUMulFunction, LigerGELUMulFunction), _LIGER_MISSING = bench.optional(
+    "Liger", "liger_kernel.ops.swiglu:LigerSiLUMulFunction", "liger_kernel.ops.geglu:LigerGELUMulFunction")
 
 # (tokens, intermediate): Llama-3-8B's 14336 and a larger model's 28672.
 SHAPES = [(t, i) for i in (14336, 28672) for t in (1024, 4096, 8192)]
@@ -48,28 +49,39 @@ OPS = {
 
 
 @functools.cache
-def _compiled(fn):
-    return torch.compile(fn, dynamic=False)
+def _compiled_packed(op):
+    """torch.compile of the op on the packed tensor, the halves sliced inside the graph: its backward
+    writes d(gate_up) in one fused kernel (compiling the op on two views instead leaves the slices'
+    backward, a zero fill and two copies, outside the graph: 5x slower, not a fair baseline)."""
+    ref = OPS[op][2]
+
+    def packed(gate_up):
+        h = gate_up.shape[-1] // 2
+        return ref(gate_up[:, :h], gate_up[:, h:])
+    return torch.compile(packed, dynamic=False)
 
 
-def _liger(gate, up):
-    if _LIGER_MISSING:
-        raise RuntimeError(_LIGER_MISSING)
-    return LigerSiLUMulFunction.apply(gate, up)
+def _liger(op):
+    """Liger's SwiGLU / GeGLU (tanh). Its functions copy non-contiguous inputs, so (as its own LlamaMLP
+    calls them, on separate gate and up projections) the halves are made contiguous in `_args`, untimed."""
+    def call(gate, up):
+        if _LIGER_MISSING:
+            raise RuntimeError(_LIGER_MISSING)
+        return (LigerSiLUMulFunction if op == "swiglu" else LigerGELUMulFunction).apply(gate, up)
+    return call
 
 
 def _impls(op):
-    """Impls on (gate, up) halves; kp-cuda-packed on the packed tensor (up None)."""
-    fn, eager, ref = OPS[op]
+    """Impls on (gate, up) halves; the -packed ones on the packed tensor (up None)."""
+    fn, eager, _ = OPS[op]
     impls = {
         "kp-cuda": lambda g, u: fn(g, u, backend="cuda"),
         "kp-cuda-packed": lambda gate_up, _: fn(gate_up, backend="cuda"),
         "kp-triton": lambda g, u: fn(g, u, backend="triton"),
         "torch": eager,
-        "torch.compile": lambda g, u: _compiled(ref)(g, u),
+        "torch.compile-packed": lambda gate_up, _: _compiled_packed(op)(gate_up),
     }
-    if op == "swiglu":
-        impls["liger"] = _liger
+    impls["liger"] = _liger(op)
     return impls
 
 
@@ -78,24 +90,36 @@ def _grad(y, wrt, dy):
 
 
 def _args(gate_up, name):
-    """An impl's arguments: the two halves of gate_up, or (kp-cuda-packed) the packed tensor itself."""
+    """An impl's arguments: the two halves of gate_up, or (kp-cuda-packed) the packed tensor itself,
+    or (liger) contiguous copies of the halves, leaves of their own (made untimed, in setup)."""
     if name.endswith("-packed"):
         return gate_up, None
     h = gate_up.shape[-1] // 2
+    if name == "liger":
+        return tuple(t.detach().contiguous().requires_grad_(gate_up.requires_grad) for t in (gate_up[:, :h], gate_up[:, h:]))
     return gate_up[:, :h], gate_up[:, h:]
 
 
 def _backward(forward, name):
     """Time only the backward: the forward graph is built once per input set, untimed."""
     def setup(gate_up, dy):
-        return forward(*_args(gate_up, name)), (gate_up,), dy
+        args = _args(gate_up, name)
+        wrt = args if name == "liger" else (gate_up,)
+        return forward(*args), wrt, dy
     return bench.Impl(run=_grad, setup=setup)
 
 
 def _forward(fn, name):
-    def call(gate_up):
-        return fn(*_args(gate_up, name))
-    return call
+    return bench.Impl(run=fn, setup=lambda gate_up: _args(gate_up, name))
+
+
+def _same_bytes_copy(moved: int):
+    """A device copy moving the op's bytes: the ceiling at this size. The run's copy ceiling is a
+    1 GiB copy; at 1024 tokens a copy of an op's ~88 MB reaches only ~82% of that rate (H200)."""
+    def setup(first, *_):
+        src = torch.empty(moved // 2, dtype=first.dtype, device=first.device)
+        return src, torch.empty_like(src)
+    return {"memcpy-same-bytes": bench.Impl(run=lambda src, dst: dst.copy_(src), setup=setup)}
 
 
 def cases(quick: bool, device: str):
@@ -111,7 +135,7 @@ def cases(quick: bool, device: str):
             yield bench.Case(
                 op=f"{op}_fwd", label=f"{tokens}x{inter}", params=params, make_inputs=make,
                 bytes=3 * n * BF16,  # gate, up read; y written
-                ceiling="copy", impls={k: _forward(f, k) for k, f in impls.items()})
+                ceiling="copy", impls={**{k: _forward(f, k) for k, f in impls.items()}, **_same_bytes_copy(3 * n)})
 
             def make_bwd(tokens=tokens, inter=inter):
                 gate_up = torch.randn(tokens, 2 * inter, device=device, dtype=DTYPE, requires_grad=True)
@@ -119,7 +143,7 @@ def cases(quick: bool, device: str):
             yield bench.Case(
                 op=f"{op}_bwd", label=f"{tokens}x{inter}", params=params, make_inputs=make_bwd,
                 bytes=5 * n * BF16,  # dy, gate, up read; dgate, dup written
-                ceiling="copy", impls={k: _backward(f, k) for k, f in impls.items()})
+                ceiling="copy", impls={**{k: _backward(f, k) for k, f in impls.items()}, **_same_bytes_copy(5 * n)})
 
 
 if __name__ == "__main__":

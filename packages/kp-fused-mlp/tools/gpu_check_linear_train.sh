@@ -35,9 +35,9 @@ if want sanitize; then
     compute-sanitizer --tool "$tool" --error-exitcode 1 $PY "$PKG/tools/sanitize_fused-mlp.py" train \
       > "$OUT/sanitize-$tool.log" 2>&1 && echo "$tool: clean" || { echo "$tool: ERRORS"; tail -n 30 "$OUT/sanitize-$tool.log"; rc=1; }
   done
-  compute-sanitizer --tool memcheck --error-exitcode 1 $PY "$PKG/tools/sanitize_fused-mlp.py" forward glu \
-    > "$OUT/sanitize-memcheck-forward-glu.log" 2>&1 && echo "memcheck forward+glu: clean" \
-    || { echo "memcheck forward+glu: ERRORS"; tail -n 30 "$OUT/sanitize-memcheck-forward-glu.log"; rc=1; }
+  compute-sanitizer --tool memcheck --error-exitcode 1 $PY "$PKG/tools/sanitize_fused-mlp.py" gemm glu \
+    > "$OUT/sanitize-memcheck-gemm-glu.log" 2>&1 && echo "memcheck gemm+glu: clean" \
+    || { echo "memcheck gemm+glu: ERRORS"; tail -n 30 "$OUT/sanitize-memcheck-gemm-glu.log"; rc=1; }
   unset PYTORCH_NO_CUDA_MEMORY_CACHING
 fi
 

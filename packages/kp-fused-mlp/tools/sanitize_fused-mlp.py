@@ -1,12 +1,9 @@
 """What compute-sanitizer (memcheck, racecheck) runs over kp-fused-mlp's CUDA kernels: every dtype
 and gated activation (swiglu, geglu exact and tanh), odd and real sizes, strided rows and packed
-halves, forward and backward, each checked against float64; and linear_act's sm90 GEMM, every row
-of its table with each epilogue, on shapes with M, N and K tails, and its training path (the
-Z-saving forward, dP with the bias gradient, the dX and dW GEMMs) on each training row
-(tools/gpu_check.sh sanitize).
-
-    python sanitize_fused-mlp.py [glu] [forward] [train]      (default: all three)
-"""
+halves, forward and backward, each checked against float64; linear_act's sm90 GEMM, every row
+of its table with each epilogue, on shapes with M, N and K tails; its training path (the Z-saving
+forward, dP with the bias gradient, the dX and dW GEMMs) on each training row; and the decode
+kernels of linear_act and gated_linear (every decode row, K splits) (tools/gpu_check.sh sanitize)."""
 import sys
 
 import torch
@@ -14,6 +11,9 @@ import torch.nn.functional as F
 from kp_core import testing as kt
 
 import kp_fused_mlp
+
+# Sections to run: `python sanitize_fused-mlp.py [glu] [gemm] [train] [decode]` (default: all).
+SECTIONS = set(sys.argv[1:]) or {"glu", "gemm", "train", "decode"}
 
 SHAPES = [(1, 1), (3, 5), (7, 130), (1, 4096), (65, 11008), (3, 14336)]
 OPS = {
@@ -23,9 +23,7 @@ OPS = {
                    lambda t: F.gelu(t, approximate="tanh")),
 }  # fmt: skip
 
-PARTS = set(sys.argv[1:]) or {"glu", "forward", "train"}
-
-for name, (fn, act) in OPS.items() if "glu" in PARTS else ():
+for name, (fn, act) in OPS.items() if "glu" in SECTIONS else ():
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         for rows, cols in SHAPES:
             for packed in (False, True):
@@ -47,8 +45,8 @@ for name, (fn, act) in OPS.items() if "glu" in PARTS else ():
                 kt.assert_matches_oracle(gate_up.grad, want, scale=d_floor, name=f"{name} dgate_up")
 from kp_fused_mlp import _cuda, reference  # noqa: E402
 
-if not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64):  # an sm_90 GPU
-    for config, row in enumerate(_cuda.NATIVE.module.gemm_configs() if "forward" in PARTS else ()):
+if "gemm" in SECTIONS and not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64):  # sm_90
+    for config, row in enumerate(_cuda.NATIVE.module.gemm_configs()):
         for dtype in (torch.float16, torch.bfloat16):
             for m, k, n in [(1, 64, 128), (77, 200, 264), (130, 1032, 520)]:  # tails of every tile
                 x = kt.randn((m, k), dtype=dtype, device="cuda", seed=m)
@@ -59,7 +57,9 @@ if not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64)
                     z = x.double() @ w.double().t() + (0 if bias is None else bias.double())
                     want = reference.ACTIVATIONS[act](z)
                     kt.assert_matches_oracle(y, want, name=f"linear_act {row} {act} {m}x{k}x{n}")
-    for config in _cuda.NATIVE.module.gemm_bwd_configs() if "train" in PARTS else ():  # the training kernels
+# The training path (csrc/linear_act_bwd.cu, dpre.cu) on each training row (csrc/gemm_bwd_table.h).
+if "train" in SECTIONS and not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, True, 64, 64):  # sm_90
+    for config in _cuda.NATIVE.module.gemm_bwd_configs():
         for dtype in (torch.float16, torch.bfloat16):
             for m, k, n in [(1, 40, 24), (77, 200, 264), (130, 1032, 136)]:
                 x = kt.randn((m, k), dtype=dtype, device="cuda", seed=m)
@@ -77,5 +77,26 @@ if not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64)
                     kt.assert_matches_oracle(y, y64.detach(), name=f"{name} y")
                     for got, w64, what in zip((dx, dw, db), want, ("dx", "dw", "db")):
                         kt.assert_matches_oracle(got, w64, name=f"{name} {what}")
+# The decode kernels (csrc/decode_gemv.cu): every table row (M 1, 7 | 16 | 31, and 40 forced: two
+# 32-token chunks), K and N tails of every tile (N = 13, 264; K = 1032: a partial k-step), one split
+# and several (the fp32 workspace and the programmatic-dependent reduce), linear and gated.
+if "decode" in SECTIONS and not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64, True):
+    decode = _cuda.decode_config()
+    for dtype in (torch.float16, torch.bfloat16):
+        for m in (1, 7, 16, 31, 40):
+            for k, n in ((64, 13), (1032, 264)):
+                x = kt.randn((m, k), dtype=dtype, device="cuda", seed=m)
+                w = kt.randn((2 * n, k), dtype=dtype, device="cuda", seed=n) / k**0.5
+                b = kt.randn((2 * n,), dtype=dtype, device="cuda", seed=k)
+                for splits in (None, 1, 3):
+                    for bias, act in ((None, "none"), (b[:n], "silu"), (b[:n], "gelu")):
+                        y = _cuda.linear_act_fwd(x, w[:n], bias, act, config=decode, decode_splits=splits)
+                        z = x.double() @ w[:n].double().t() + (0 if bias is None else bias.double())
+                        kt.assert_matches_oracle(y, reference.ACTIVATIONS[act](z), name=f"decode {act} {m}x{k}x{n}")
+                    for bias, act in ((None, "silu"), (b, "gelu_tanh")):
+                        h, _ = _cuda.gated_linear_fwd(x, w, bias, act, False, decode_splits=splits)
+                        want = reference.gated_linear(x.double(), w.double(), None if bias is None else bias.double(),
+                                                      act, acc=torch.float64)  # fmt: skip
+                        kt.assert_matches_oracle(h, want, name=f"gated decode {act} {m}x{k}x{n}")
 torch.cuda.synchronize()
 print("sanitize_fused-mlp: all paths ran")

@@ -5,8 +5,10 @@ epilogue: one pass writes the [M, I] intermediate, never the [M, 2I] projections
 
 Levels: reference (plain PyTorch, fp32 math rounded once; differentiable to any order), triton
 (one kernel computing the gate and up tiles of the same columns, with a backward: an elementwise
-kernel and linear_act's tl.dot GEMM), cuda (the slot for a Hopper CUTLASS GEMM with the gated
-activation in its epilogue; not written yet, so it refuses every call with that reason).
+kernel and linear_act's tl.dot GEMM), cuda (the decode kernel of csrc/decode_gemv.cu for inference
+calls of at most 32 rows, the gate and up rows of each output column in one warp's accumulators;
+the Hopper GEMM with the gated activation in its epilogue for more rows is not written yet, so
+those calls are refused with that reason).
 
 Built on kp_core.op like glu.py: two registered ops (forward, backward) with fakes and autograd.
 The forward op returns (h, P): P = [gate_pre | up_pre] [M, 2I] when a gradient is needed (the
@@ -19,15 +21,13 @@ from kp_core import registry
 from kp_core.op import AutogradOp, Levels, as_rows, empty, saveable
 
 from . import reference
-from .linear import check_operands, resolve_level
+from .linear import check_operands, is_decode, resolve_level
 
 GATED_ACTIVATIONS = tuple(reference.GATES)  # "silu", "gelu_tanh"
 
 
-def _cuda_supports(forced, device_type, device_index, dtype, grad, inter, hidden):
-    # The cuda level's slot: kp_fused_mlp._cuda grows gated_linear_fwd (and gated_linear_bwd, or
-    # refuses grad) and a gated_linear_supports, and this function calls it, as linear.py does.
-    return "the cuda level of gated_linear is not written yet (a Hopper GEMM with the gated activation in its epilogue)"
+def _cuda_supports(forced, device_type, device_index, *facts):
+    return LEVELS.module("cuda").gated_linear_supports(forced, device_type, device_index, *facts)
 
 
 LEVELS = Levels(
@@ -35,12 +35,22 @@ LEVELS = Levels(
     {"cuda": "kp_fused_mlp._cuda", "triton": "kp_fused_mlp.triton.gated", "reference": "kp_fused_mlp.reference"},
     supports={"cuda": _cuda_supports},
 )
-"""Facts a level's `supports` reads: device type and index, dtype, needs grad, I, H."""
+"""Facts a level's `supports` reads: device type and index, dtype, needs grad, I, H, decode (at
+most the cuda level's DECODE_MAX_M rows: linear.is_decode)."""
 
 
 def describe_backends() -> list:
-    """Lines for `python -m kp_core`: what `auto` picks for a bf16 Llama-3-8B training call."""
-    return LEVELS.describe(torch.bfloat16, True, 14336, 4096)
+    """Lines for `python -m kp_core`: what `auto` picks for a bf16 Llama-3-8B training call and a
+    decode (inference, 1-32 tokens) call."""
+    return [f"{line} (training)" for line in LEVELS.describe(torch.bfloat16, True, 14336, 4096, False)] + [
+        f"{line} (decode)" for line in LEVELS.describe(torch.bfloat16, False, 14336, 4096, True)
+    ]
+
+
+def level(x: torch.Tensor, w_gate_up: torch.Tensor, bias, backend) -> tuple:
+    """(level, needs grad, compiling) of a gated_linear call (resolve_level with its facts)."""
+    two_i, hidden = w_gate_up.shape
+    return resolve_level(LEVELS, backend, (x, w_gate_up, bias), two_i // 2, hidden, is_decode(x, hidden))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,9 +147,9 @@ def gated_linear(
     `backend`: "auto" (default), "cuda", "triton" or "reference".
     """
     _check(x, w_gate_up, activation, bias)
+    name, grad, compiling = level(x, w_gate_up, bias, backend)
     two_i, hidden = w_gate_up.shape
     inter = two_i // 2
-    name, grad, compiling = resolve_level(LEVELS, backend, (x, w_gate_up, bias), inter, hidden)
     if name == "reference" or x.numel() == 0 or inter == 0:  # empty (M, I or H = 0): nothing to launch
         return reference.gated_linear(x, w_gate_up, bias, activation)
     rows = as_rows(x, hidden)
