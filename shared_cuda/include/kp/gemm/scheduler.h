@@ -38,14 +38,12 @@ inline void set_scheduler_override(int max_swizzle, int raster) {
 inline int scheduler_swizzle_override() { return detail::swizzle_override().load(std::memory_order_relaxed); }
 inline int scheduler_raster_override() { return detail::raster_override().load(std::memory_order_relaxed); }
 
-// What a launch of row `c` uses.
-inline int scheduler_swizzle(const Sm90TileConfig& c) {
-  const int s = scheduler_swizzle_override();
-  return s ? s : c.max_swizzle;
-}
-inline Sm90Raster scheduler_raster(const Sm90TileConfig& c) {
-  const int r = scheduler_raster_override();
-  return r < 0 ? c.raster : static_cast<Sm90Raster>(r);
+// Row `c` as a launch uses it: its swizzle and raster replaced by the override where one is set.
+inline Sm90TileConfig with_scheduler_override(Sm90TileConfig c) {
+  const int s = scheduler_swizzle_override(), r = scheduler_raster_override();
+  if (s) c.max_swizzle = s;
+  if (r >= 0) c.raster = static_cast<Sm90Raster>(r);
+  return c;
 }
 
 }  // namespace kp::gemm
