@@ -5,8 +5,10 @@ epilogue: one pass writes the [M, I] intermediate, never the [M, 2I] projections
 
 Levels: reference (plain PyTorch, fp32 math rounded once; differentiable to any order), triton
 (one kernel computing the gate and up tiles of the same columns, with a backward: an elementwise
-kernel and linear_act's tl.dot GEMM), cuda (the slot for a Hopper CUTLASS GEMM with the gated
-activation in its epilogue; not written yet, so it refuses every call with that reason).
+kernel and linear_act's tl.dot GEMM), cuda (kp's sm90a GEMM against a cached copy of the packed
+weight with its gate and up rows interleaved in 8-row blocks, the gated activation in its own
+epilogue: float16/bfloat16 on an H100/H200, I and H multiples of 8; its backward is the Triton
+level's, from the pre-activations the cuda forward saves in the same layout).
 
 Built on kp_core.op like glu.py: two registered ops (forward, backward) with fakes and autograd.
 The forward op returns (h, P): P = [gate_pre | up_pre] [M, 2I] when a gradient is needed (the
@@ -24,10 +26,8 @@ from .linear import check_operands, resolve_level
 GATED_ACTIVATIONS = tuple(reference.GATES)  # "silu", "gelu_tanh"
 
 
-def _cuda_supports(forced, device_type, device_index, dtype, grad, inter, hidden):
-    # The cuda level's slot: kp_fused_mlp._cuda grows gated_linear_fwd (and gated_linear_bwd, or
-    # refuses grad) and a gated_linear_supports, and this function calls it, as linear.py does.
-    return "the cuda level of gated_linear is not written yet (a Hopper GEMM with the gated activation in its epilogue)"
+def _cuda_supports(forced, device_type, device_index, *facts):
+    return LEVELS.module("cuda").gated_linear_supports(forced, device_type, device_index, *facts)
 
 
 LEVELS = Levels(
@@ -134,6 +134,12 @@ def gated_linear(
     same order) or None; one dtype for all (float32, float16, bfloat16). `activation`: "silu"
     (SwiGLU) or "gelu_tanh" (GeGLU with gelu's tanh approximation). Returns [..., intermediate].
     Differentiable at every level (first derivatives; second ones at the reference level).
+
+    The cuda level needs float16/bfloat16, an sm_90 GPU, and intermediate and hidden multiples of 8
+    (TMA moves 16-byte rows; a named backend="cuda" says what to pad to). It keeps a private copy
+    of w_gate_up with the gate and up rows interleaved (one extra weight-sized allocation per
+    weight, freed with it; rebuilt after an in-place update, which its version counter shows: a
+    write through `.data` does not, and kp_fused_mlp._cuda.clear_gated_weight_cache() drops the copies).
     `backend`: "auto" (default), "cuda", "triton" or "reference".
     """
     _check(x, w_gate_up, activation, bias)

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# gated_linear's cuda level on a GPU machine (no network; the kp-core and kp-fused-mlp wheels
+# already installed): its tests, compute-sanitizer (memcheck, racecheck) over its kernels, the
+# register-pairing check of the interleave (when nvcc and the CUTLASS headers are there), and the
+# GatedMLP benchmark. Everything lands in $OUT (default ./.gpu-check-gated).
+#
+#   packages/kp-fused-mlp/tools/gpu_check_gated.sh [full]
+#
+# Default: the tests of the cuda level only (`-k "cuda-cuda or test_cuda"`, ~3 min) and the
+# benchmark at 8192 tokens (--quick: both MLP shapes). full: every test of test_gated_mlp.py and
+# the whole benchmark (1-8192 tokens).
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
+PKG=$ROOT/packages/kp-fused-mlp
+OUT=${OUT:-$ROOT/.gpu-check-gated}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+cd "$ROOT"
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
+$PY -m kp_core > "$OUT/env.txt" 2>&1
+
+full=0; [ "${1:-}" = full ] && full=1
+echo "== tests: the cuda level of gated_linear$([ $full = 1 ] && echo ', then every level')"
+select=(-k "cuda-cuda or test_cuda"); [ $full = 1 ] && select=()
+timeout 540 $PY -m pytest -p no:cacheprovider -n 8 -v -rfE "$PKG/tests/test_gated_mlp.py" "${select[@]}" \
+  --junitxml="$OUT/test_gated_mlp.xml" > "$OUT/test_gated_mlp.txt" 2>&1
+echo "pytest rc=$?"; tail -n 3 "$OUT/test_gated_mlp.txt"
+
+echo "== compute-sanitizer over the gated GEMM (every row, both dtypes, tails)"
+for tool in memcheck racecheck; do
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 1 \
+    $PY "$PKG/tools/sanitize_fused-mlp.py" gated > "$OUT/sanitize-$tool-gated.txt" 2>&1
+  echo "$tool rc=$?"; tail -n 3 "$OUT/sanitize-$tool-gated.txt"
+done
+
+CUTLASS_INC=$($PY -c "import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), 'source', 'include'))" 2>/dev/null)
+if command -v nvcc >/dev/null && [ -d "$CUTLASS_INC/cute" ]; then
+  echo "== the interleave's register pairing (host-side CuTe check)"
+  nvcc -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -I "$ROOT/shared_cuda/include" -isystem "$CUTLASS_INC" \
+    -I "$PKG/csrc" "$PKG/tools/check_gated_layout.cu" -o "$OUT/check_gated_layout" \
+    && "$OUT/check_gated_layout" | tee "$OUT/check_gated_layout.txt"
+fi
+
+echo "== benchmark: GatedMLP and gated_linear (kp-cuda, kp-triton, torch, torch.compile)"
+args=(--out "$OUT/bench" --no-plot); [ $full = 0 ] && args+=(--quick)
+timeout 540 $PY "$PKG/bench/bench_gated_mlp.py" "${args[@]}" > "$OUT/bench.txt" 2>&1
+echo "bench rc=$?"; tail -n 3 "$OUT/bench.txt"
