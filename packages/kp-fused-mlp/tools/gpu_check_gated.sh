@@ -36,11 +36,28 @@ done
 
 CUTLASS_INC=$($PY -c "import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), 'source', 'include'))" 2>/dev/null)
 if command -v nvcc >/dev/null && [ -d "$CUTLASS_INC/cute" ]; then
-  echo "== the interleave's register pairing (host-side CuTe check)"
+  echo "== the gated epilogue on the host: register pairing and h, P bit for bit (CuTe, no GPU needed)"
   nvcc -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -I "$ROOT/shared_cuda/include" -isystem "$CUTLASS_INC" \
-    -I "$PKG/csrc" "$PKG/tools/check_gated_layout.cu" -o "$OUT/check_gated_layout" \
-    && "$OUT/check_gated_layout" | tee "$OUT/check_gated_layout.txt"
+    -I "$PKG/csrc" "$PKG/tools/check_gated_epilogue.cu" -o "$OUT/check_gated_epilogue" \
+    && "$OUT/check_gated_epilogue" | tee "$OUT/check_gated_epilogue.txt"
 fi
+
+echo "== the gated table's rows forced at 8192 tokens (bf16, silu, no bias; ms, median of do_bench; vs torch.mm onto [Wg; Wu])"
+timeout 240 $PY - > "$OUT/gated_rows.txt" 2>&1 <<'PYEOF'
+import torch, triton
+from kp_fused_mlp import _cuda
+for hidden, inter in ((4096, 14336), (8192, 28672)):
+    x = torch.randn(8192, hidden, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(2 * inter, hidden, device="cuda", dtype=torch.bfloat16) * hidden**-0.5
+    mm = triton.testing.do_bench(lambda: x @ w.t(), warmup=50, rep=300)
+    flops = 2 * 8192 * hidden * 2 * inter
+    print(f"{hidden}->{inter}: torch.mm (gate|up, no act) {mm:.3f} ms {flops / mm / 1e9:.0f} TFLOP/s")
+    for config, row in enumerate(_cuda.NATIVE.module.gated_configs()):
+        ms = triton.testing.do_bench(lambda: _cuda.gated_linear_fwd(x, w, None, "silu", False, config=config), warmup=50, rep=300)
+        print(f"  {row:24s} {ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s  {mm / ms:.3f}x torch.mm"
+              + ("  (auto's pick)" if row == _cuda.gated_plan(8192) else ""))
+PYEOF
+echo "rows rc=$?"; cat "$OUT/gated_rows.txt"
 
 echo "== benchmark: GatedMLP and gated_linear (kp-cuda, kp-triton, torch, torch.compile)"
 args=(--out "$OUT/bench" --no-plot); [ $full = 0 ] && args+=(--quick)

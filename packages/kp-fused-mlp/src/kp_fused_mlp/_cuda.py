@@ -147,10 +147,10 @@ def interleave_gate_up(w: torch.Tensor) -> torch.Tensor:
 # weight-sized allocation per gate/up weight (Llama-3-8B: 235 MB a layer in bf16). Keyed by the
 # tensor object (weakly: the copy goes with the weight) and validated by everything that changes
 # what the copy must hold: the address, the version counter (any in-place update through the tensor
-# or a view of it: optimizer steps, load_state_dict, copy_), shape, strides, dtype, device.
-# Not seen: writes that bypass the version counter (through `.data` or a `detach()`ed alias, from
-# C++/DLPack), and, inside a replayed CUDA graph, any update (the graph reads the copy it captured);
-# clear_gated_weight_cache() drops every copy after such writes.
+# or a view or detach() of it: optimizer steps, load_state_dict, copy_), shape, strides, dtype,
+# device. Not seen: writes that bypass the version counter (through `.data`, or through another
+# tensor on the same memory, e.g. from DLPack or C++), and, inside a replayed CUDA graph, any update
+# (the graph reads the copy it captured); clear_gated_weight_cache() drops every copy after such writes.
 _interleaved = WeakIdKeyDictionary()
 _interleave_builds = 0
 

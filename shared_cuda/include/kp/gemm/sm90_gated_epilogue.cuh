@@ -90,32 +90,31 @@ class Sm90GatedEpilogue {
                   "the gated epilogue pairs 8-column groups 2b and 2b + 1 of a 64 x N wgmma fragment");
     static_assert(size<1>(BlockShapeMNK{}) % (2 * kGatedBlock) == 0, "tile_n must be a multiple of 16");
 
-    const auto m = get<0>(problem_shape_mnkl);
-    const auto n = get<1>(problem_shape_mnkl);
-    Tensor coords = local_tile(make_identity_tensor(make_shape(m, n)), take<0, 2>(blk_shape_mnk),
-                               make_coord(get<0>(blk_coord_mnkl), get<1>(blk_coord_mnkl)));  // (BLK_M, BLK_N)
-    Tensor tc = tiled_mma.get_thread_slice(thread_idx).partition_C(coords);  // (m, n) of each fragment element
+    Tensor tc = thread_coords(problem_shape_mnkl, blk_shape_mnk, blk_coord_mnkl, tiled_mma, thread_idx);
+    const int m = get<0>(problem_shape_mnkl), n = get<1>(problem_shape_mnkl);
     switch (static_cast<Act>(params_.act)) {  // uniform: one branch a tile, outside the element loop
       case Act::kGeluTanh: return store(acc, tc, m, n, [](float x) { return gelu_tanh(x); });
       default: return store(acc, tc, m, n, [](float x) { return silu(x); });
     }
   }
 
- private:
-  Params params_;
-
-  using Pair = cutlass::Array<T, 2>;
-  static CUTLASS_DEVICE uint32_t pack(float a, float b) {
-    const Pair v = cutlass::NumericArrayConverter<T, float, 2>::convert(cutlass::Array<float, 2>{a, b});
-    return reinterpret_cast<uint32_t const&>(v);
+  // The (m, n) problem coordinates of each accumulator element of thread `thread_idx` in tile
+  // `blk_coord_mnkl`, n a column of Wi. Host and device: tools/check_gated_epilogue.cu runs these
+  // two functions on the CPU.
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class TiledMma>
+  CUTLASS_HOST_DEVICE static auto thread_coords(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_mnk,
+                                                BlockCoordMNKL blk_coord_mnkl, TiledMma tiled_mma, int thread_idx) {
+    using namespace cute;
+    Tensor coords = local_tile(make_identity_tensor(make_shape(get<0>(problem_shape_mnkl), get<1>(problem_shape_mnkl))),
+                               take<0, 2>(blk_shape_mnk),
+                               make_coord(get<0>(blk_coord_mnkl), get<1>(blk_coord_mnkl)));  // (BLK_M, BLK_N)
+    return tiled_mma.get_thread_slice(thread_idx).partition_C(coords);  // like the accumulator fragment
   }
-  static CUTLASS_DEVICE float2 load_pair(const T* p) {  // 2 elements of a 4-byte aligned bias
-    const Pair v = *reinterpret_cast<const Pair*>(p);
-    return make_float2(static_cast<float>(v[0]), static_cast<float>(v[1]));
-  }
 
-  template <class Acc, class Coords, class M, class N, class F>
-  CUTLASS_DEVICE void store(Acc const& acc, Coords const& tc, M m, N n, F act) const {
+  // h (and P) from one thread's accumulators `acc` with coordinates `tc` (thread_coords), for a
+  // problem of m rows and n = 2I columns of Wi.
+  template <class Acc, class Coords, class F>
+  CUTLASS_HOST_DEVICE void store(Acc const& acc, Coords const& tc, int m, int n, F act) const {
     using namespace cute;
     T* h = static_cast<T*>(params_.h);
     T* pre = static_cast<T*>(params_.pre);
@@ -156,6 +155,19 @@ class Sm90GatedEpilogue {
         }
       }
     }
+  }
+
+ private:
+  Params params_;
+
+  using Pair = cutlass::Array<T, 2>;
+  static CUTLASS_HOST_DEVICE uint32_t pack(float a, float b) {
+    const Pair v = cutlass::NumericArrayConverter<T, float, 2>::convert(cutlass::Array<float, 2>{a, b});
+    return reinterpret_cast<uint32_t const&>(v);
+  }
+  static CUTLASS_HOST_DEVICE float2 load_pair(const T* p) {  // 2 elements of a 4-byte aligned bias
+    const Pair v = *reinterpret_cast<const Pair*>(p);
+    return make_float2(static_cast<float>(v[0]), static_cast<float>(v[1]));
   }
 };
 
