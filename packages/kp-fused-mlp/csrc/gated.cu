@@ -16,12 +16,13 @@ namespace {
 using kp::gemm::Sm90Gated;
 
 template <int DType>
-void run_dtype(const kp::gemm::GatedProblem& p, int row, int device, cudaStream_t stream) {
+void run_dtype(const kp::gemm::GatedProblem& p, int row, int device, cudaStream_t stream,
+               kp::gemm::SchedulerKnobs knobs) {
   static_assert(GatedTable::size == 3, "a new table row needs a case here and its instantiations");
   switch (row) {
-    case 0: return Sm90Gated<DType, GatedRow<0>>::run(p, device, stream);
-    case 1: return Sm90Gated<DType, GatedRow<1>>::run(p, device, stream);
-    case 2: return Sm90Gated<DType, GatedRow<2>>::run(p, device, stream);
+    case 0: return Sm90Gated<DType, GatedRow<0>>::run(p, device, stream, knobs);
+    case 1: return Sm90Gated<DType, GatedRow<1>>::run(p, device, stream, knobs);
+    case 2: return Sm90Gated<DType, GatedRow<2>>::run(p, device, stream, knobs);
   }
 }
 
@@ -35,7 +36,8 @@ std::vector<std::string> gated_config_names() {
 
 int gated_plan(int64_t m) { return pick_gated_row(m); }
 
-void gated_linear_fwd(const kp::gemm::GatedProblem& p, int config, int device, cudaStream_t stream) {
+void gated_linear_fwd(const kp::gemm::GatedProblem& p, int config, int device, cudaStream_t stream,
+                      kp::gemm::SchedulerKnobs knobs) {
   KP_CHECK_ARG(p.dtype == kp::kF16 || p.dtype == kp::kBF16,
                std::string("gated_linear: the cuda GEMM takes float16 or bfloat16, got ") + kp::dtype_name(p.dtype));
   KP_CHECK_ARG(config >= -1 && config < GatedTable::size, "gated_linear: no GEMM config " + std::to_string(config));
@@ -48,9 +50,9 @@ void gated_linear_fwd(const kp::gemm::GatedProblem& p, int config, int device, c
     KP_CHECK_ARG(false, "gated_linear: " + kp::gemm::sm90_device_problem(device));
   const int row = config >= 0 ? config : pick_gated_row(p.m);
   if (p.dtype == kp::kBF16)
-    run_dtype<kp::kBF16>(p, row, device, stream);
+    run_dtype<kp::kBF16>(p, row, device, stream, knobs);
   else
-    run_dtype<kp::kF16>(p, row, device, stream);
+    run_dtype<kp::kF16>(p, row, device, stream, knobs);
 }
 
 }  // namespace kp_fused_mlp

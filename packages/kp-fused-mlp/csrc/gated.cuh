@@ -11,8 +11,10 @@
 
 namespace kp_fused_mlp {
 
-// config: a row of gated_table.h, or -1 for the row pick_gated_row() gives.
-void gated_linear_fwd(const kp::gemm::GatedProblem& p, int config, int device, cudaStream_t stream);
+// config: a row of gated_table.h, or -1 for the row pick_gated_row() gives; knobs: the scheduler's
+// swizzle and raster for sweeps (defaults: the row's).
+void gated_linear_fwd(const kp::gemm::GatedProblem& p, int config, int device, cudaStream_t stream,
+                      kp::gemm::SchedulerKnobs knobs = {});
 std::vector<std::string> gated_config_names();
 int gated_plan(int64_t m);
 

@@ -592,3 +592,20 @@ def test_cuda_native_checks_again(seed):
         call(act=1)
     call()
     kt.assert_matches_oracle(h, _oracle(x, w, None, "silu")[0])
+
+
+@pytest.mark.gpu
+def test_cuda_scheduler_knobs(seed):
+    """The sweep knobs (swizzle group, raster order) change the tile order, not the result; bad
+    values are refused before any launch."""
+    _cuda = _cuda_level()
+    x, w, b = _inputs((1031, 1000), 520, torch.bfloat16, "cuda", seed, True)
+    for config in range(len(GATED_ROWS)):
+        h, _ = _cuda.gated_linear_fwd(x, w, b, "silu", False, config=config)
+        for swizzle, raster in ((8, 1), (2, 2), (4, 0)):
+            h2, _ = _cuda.gated_linear_fwd(x, w, b, "silu", False, config=config, swizzle=swizzle, raster=raster)
+            assert torch.equal(h, h2), (config, swizzle, raster)
+    with pytest.raises(ValueError, match="max_swizzle must be 1, 2, 4 or 8"):
+        _cuda.gated_linear_fwd(x, w, b, "silu", False, swizzle=3)
+    with pytest.raises(ValueError, match="raster must be"):
+        _cuda.gated_linear_fwd(x, w, b, "silu", False, raster=5)

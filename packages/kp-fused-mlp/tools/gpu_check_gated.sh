@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # gated_linear's cuda level on a GPU machine (no network; the kp-core and kp-fused-mlp wheels
 # already installed): its tests, compute-sanitizer (memcheck, racecheck) over its kernels, the
-# register-pairing check of the interleave (when nvcc and the CUTLASS headers are there), and the
-# GatedMLP benchmark. Everything lands in $OUT (default ./.gpu-check-gated).
+# host check of its epilogue (tools/check_gated_epilogue.cu, when nvcc and the CUTLASS headers are
+# there), its table rows and the scheduler's swizzle x raster at 8192 tokens against torch.mm, and
+# the GatedMLP benchmark. Everything lands in $OUT (default ./.gpu-check-gated).
 #
 #   packages/kp-fused-mlp/tools/gpu_check_gated.sh [full]
 #
@@ -42,20 +43,24 @@ if command -v nvcc >/dev/null && [ -d "$CUTLASS_INC/cute" ]; then
     && "$OUT/check_gated_epilogue" | tee "$OUT/check_gated_epilogue.txt"
 fi
 
-echo "== the gated table's rows forced at 8192 tokens (bf16, silu, no bias; ms, median of do_bench; vs torch.mm onto [Wg; Wu])"
-timeout 240 $PY - > "$OUT/gated_rows.txt" 2>&1 <<'PYEOF'
+echo "== the gated table's rows at 8192 tokens, and the scheduler's swizzle x raster (bf16, silu, no bias; triton's do_bench, L2 flushed)"
+timeout 300 $PY - > "$OUT/gated_rows.txt" 2>&1 <<'PYEOF'
 import torch, triton
 from kp_fused_mlp import _cuda
+rows = _cuda.NATIVE.module.gated_configs()
 for hidden, inter in ((4096, 14336), (8192, 28672)):
     x = torch.randn(8192, hidden, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(2 * inter, hidden, device="cuda", dtype=torch.bfloat16) * hidden**-0.5
-    mm = triton.testing.do_bench(lambda: x @ w.t(), warmup=50, rep=300)
     flops = 2 * 8192 * hidden * 2 * inter
-    print(f"{hidden}->{inter}: torch.mm (gate|up, no act) {mm:.3f} ms {flops / mm / 1e9:.0f} TFLOP/s")
-    for config, row in enumerate(_cuda.NATIVE.module.gated_configs()):
-        ms = triton.testing.do_bench(lambda: _cuda.gated_linear_fwd(x, w, None, "silu", False, config=config), warmup=50, rep=300)
-        print(f"  {row:24s} {ms:.3f} ms {flops / ms / 1e9:.0f} TFLOP/s  {mm / ms:.3f}x torch.mm"
-              + ("  (auto's pick)" if row == _cuda.gated_plan(8192) else ""))
+    mm = triton.testing.do_bench(lambda: x @ w.t(), warmup=50, rep=300)
+    print(f"{hidden}->{inter}: torch.mm onto [Wg; Wu] (no activation) {mm:.3f} ms, {flops / mm / 1e9:.0f} TFLOP/s")
+    for config, row in enumerate(rows):
+        knobs = [(0, -1)] if config == 0 else [(s, r) for s in (1, 2, 4, 8) for r in (0, 1, 2)]
+        for swizzle, raster in knobs:  # (0, -1): the row as the table has it
+            ms = triton.testing.do_bench(lambda: _cuda.gated_linear_fwd(x, w, None, "silu", False, config=config,
+                                         swizzle=swizzle, raster=raster), warmup=50, rep=300)  # fmt: skip
+            print(f"  {row:24s} swizzle {swizzle} raster {raster:2d}  {ms:.3f} ms  {flops / ms / 1e9:.0f} TFLOP/s  "
+                  f"{mm / ms:.3f}x torch.mm" + ("  (auto's row)" if row == _cuda.gated_plan(8192) else ""))
 PYEOF
 echo "rows rc=$?"; cat "$OUT/gated_rows.txt"
 

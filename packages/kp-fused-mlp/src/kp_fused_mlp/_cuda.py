@@ -202,9 +202,12 @@ def gated_size_problem(inter: int, hidden: int, itemsize: int) -> Optional[str]:
     return tma_rows_problem((("hidden K", hidden), ("intermediate I", inter)), itemsize)
 
 
-def gated_linear_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, save_pre: bool, config: int = -1):
+def gated_linear_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, save_pre: bool, config: int = -1,
+                     swizzle: int = 0, raster: int = -1):  # fmt: skip
     """x [M, K] (unit column stride), w = [Wg; Wu] [2I, K], bias [2I] or None, one 16-bit dtype.
-    Returns (h [M, I] contiguous, P = [gate_pre | up_pre] [M, 2I] contiguous when save_pre, else None)."""
+    Returns (h [M, I] contiguous, P = [gate_pre | up_pre] [M, 2I] contiguous when save_pre, else None).
+    config, swizzle, raster: a table row, the scheduler's swizzle group and raster order, for sweeps
+    (tools/gpu_check_gated.sh); the defaults are the table's."""
     (m, k), inter = x.shape, w.shape[0] // 2
     h = torch.empty((m, inter), dtype=x.dtype, device=x.device)
     pre = torch.empty((m, 2 * inter), dtype=x.dtype, device=x.device) if save_pre else None
@@ -217,7 +220,7 @@ def gated_linear_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, sa
     NATIVE.module.gated_linear_fwd(
         x.data_ptr(), x.stride(0) if m > 1 else k, wi.data_ptr(), k, 0 if bias is None else bias.data_ptr(),
         h.data_ptr(), inter, 0 if pre is None else pre.data_ptr(), 2 * inter, m, inter, k, dtypes.code(x.dtype),
-        ACT_CODES[activation], config, index, current_stream(index),
+        ACT_CODES[activation], config, index, current_stream(index), swizzle, raster,
     )  # fmt: skip
     return h, pre
 

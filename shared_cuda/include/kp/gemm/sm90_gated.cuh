@@ -52,14 +52,20 @@ int Sm90Gated<DType, Config>::smem_bytes() {
 }
 
 template <int DType, class Config>
-void Sm90Gated<DType, Config>::run(const GatedProblem& p, int device, cudaStream_t stream) {
+void Sm90Gated<DType, Config>::run(const GatedProblem& p, int device, cudaStream_t stream, SchedulerKnobs knobs) {
   using Ty = detail::Sm90GatedTypes<DType, Config>;
   using Kernel = typename Ty::Kernel;
   using T = typename Ty::T;
   KP_CHECK_ARG(p.dtype == DType, std::string("gated gemm: dtype code ") + std::to_string(p.dtype) + " given to the " +
                                      dtype_name(DType) + " kernel");
   check_gated(p, sizeof(T));
+  const int sw = knobs.max_swizzle;
+  KP_CHECK_ARG(sw == 0 || sw == 1 || sw == 2 || sw == 4 || sw == 8, "gated gemm: max_swizzle must be 1, 2, 4 or 8");
+  KP_CHECK_ARG(knobs.raster >= -1 && knobs.raster <= 2, "gated gemm: raster must be 0 (heuristic), 1 (along M) or 2");
   if (p.m == 0 || p.inter == 0) return;
+  Sm90TileConfig c = Ty::c;
+  if (sw) c.max_swizzle = sw;
+  if (knobs.raster >= 0) c.raster = static_cast<Sm90Raster>(knobs.raster);
   DeviceGuard guard(device);
 
   typename Kernel::Arguments args{};
@@ -70,7 +76,7 @@ void Sm90Gated<DType, Config>::run(const GatedProblem& p, int device, cudaStream
   args.mainloop.ptr_B = static_cast<const T*>(p.w);
   args.mainloop.dB = cute::make_stride(p.ldw, cute::Int<1>{}, int64_t(0));
   args.epilogue = GatedEpilogueArgs{p.h, p.ldh, p.pre, p.ldp, p.bias, p.inter, p.act};
-  detail::sm90_launch<Kernel>(args, Ty::c, device, stream);
+  detail::sm90_launch<Kernel>(args, c, device, stream);
 }
 
 }  // namespace kp::gemm

@@ -78,10 +78,16 @@ inline void check_gated(const GatedProblem& p, int elem_bytes) {
                "gated gemm: the activation must be silu or gelu_tanh, got code " + std::to_string(p.act));
 }
 
+// The run-time knobs of the persistent scheduler, for sweeps: 0 / -1 keep the table row's.
+struct SchedulerKnobs {
+  int max_swizzle = 0;  // 1, 2, 4 or 8 tiles a swizzle group
+  int raster = -1;      // Sm90Raster
+};
+
 template <int DType, class Config>
 struct Sm90Gated {
   // Checks the problem (check_gated), then launches on `stream` of `device` (M = 0 or I = 0: nothing).
-  static void run(const GatedProblem& p, int device, cudaStream_t stream);
+  static void run(const GatedProblem& p, int device, cudaStream_t stream, SchedulerKnobs knobs = {});
   static const void* kernel();  // the __global__ function
   static int smem_bytes();      // its dynamic shared memory
 };
