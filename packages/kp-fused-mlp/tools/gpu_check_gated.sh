@@ -35,7 +35,7 @@ for tool in memcheck racecheck; do
   echo "$tool rc=$?"; tail -n 3 "$OUT/sanitize-$tool-gated.txt"
 done
 
-CUTLASS_INC=$($PY -c "import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), 'source', 'include'))" 2>/dev/null)
+CUTLASS_INC=$($PY -c "import importlib.util as u, os; s = u.find_spec('cutlass_library'); print(os.path.join(list(s.submodule_search_locations)[0], 'source', 'include'))" 2>/dev/null)
 if command -v nvcc >/dev/null && [ -d "$CUTLASS_INC/cute" ]; then
   echo "== the gated epilogue on the host: register pairing and h, P bit for bit (CuTe, no GPU needed)"
   nvcc -std=c++17 -arch=sm_90a --expt-relaxed-constexpr -I "$ROOT/shared_cuda/include" -isystem "$CUTLASS_INC" \
