@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "decode_gemv.cuh"
 #include "gated.cuh"
 #include "glu.cuh"
 #include "kp/py_module.h"
@@ -16,8 +17,8 @@ using kp::py_ptr;
 using kp::py_stream;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "kp-fused-mlp native CUDA kernels (SwiGLU, GeGLU; linear + bias + activation and the gated linear on an sm90a "
-          "GEMM)";
+  m.doc() = "kp-fused-mlp native CUDA kernels (SwiGLU, GeGLU; linear + bias + activation and the gated linear on an "
+            "sm90a GEMM; the decode kernels of linear_act and gated_linear)";
   kp::add_common(m, kp_fused_mlp::probe_kernel());
 
   m.def(
@@ -49,16 +50,52 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "linear_act",
       [](uintptr_t x, int64_t x_stride, uintptr_t w, int64_t w_stride, uintptr_t bias, uintptr_t y, int64_t m_,
-         int64_t n, int64_t k, int dtype, int act, int config, int device, uintptr_t stream) {
+         int64_t n, int64_t k, int dtype, int act, int config, int device, uintptr_t stream, uintptr_t ws,
+         int splits) {
         kp_fused_mlp::LinearActArgs a{py_ptr(x), x_stride, py_ptr(w), w_stride, py_ptr(bias), py_ptr<void*>(y),
-                                      m_, n, k, dtype, act};
+                                      m_, n, k, dtype, act, py_ptr<float*>(ws), splits};
         kp_fused_mlp::linear_act(a, config, device, py_stream(stream));
       },
       py::arg("x"), py::arg("x_stride"), py::arg("w"), py::arg("w_stride"), py::arg("bias"), py::arg("y"),
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"), py::arg("act"), py::arg("config"),
-      py::arg("device"), py::arg("stream"),
+      py::arg("device"), py::arg("stream"), py::arg("ws") = 0, py::arg("splits") = 0,
       "y[m, n] = act(x[m, k] @ w[n, k]^T + bias[n]) (bias 0: none; act: kp::gemm::Act code; config: a GEMM "
-      "table row, -1: the table's pick); y contiguous");
+      "table row or the decode config, -1: gemm_plan's pick); y contiguous. The decode config's K splits: "
+      "splits (0: its table's), with an fp32 workspace ws of decode_plan's bytes when they are > 1");
+  m.def(
+      "gated_decode",
+      [](uintptr_t x, int64_t x_stride, uintptr_t w, int64_t w_stride, uintptr_t bias, uintptr_t y, int64_t m_,
+         int64_t inter, int64_t k, int dtype, int act, uintptr_t ws, int splits, int device, uintptr_t stream) {
+        kp_fused_mlp::DecodeArgs a{py_ptr(x), x_stride, py_ptr(w), w_stride, py_ptr(bias), py_ptr<void*>(y),
+                                   py_ptr<float*>(ws), m_, inter, k, dtype, act, true};
+        kp_fused_mlp::decode_gemv(a, splits, device, py_stream(stream));
+      },
+      py::arg("x"), py::arg("x_stride"), py::arg("w"), py::arg("w_stride"), py::arg("bias"), py::arg("y"),
+      py::arg("m"), py::arg("inter"), py::arg("k"), py::arg("dtype"), py::arg("act"), py::arg("ws"),
+      py::arg("splits"), py::arg("device"), py::arg("stream"),
+      "y[m, inter] = act(x Wg^T + bg) * (x Wu^T + bu) with w = [Wg; Wu] [2 inter, k], bias [2 inter] or 0 "
+      "(act: silu or gelu_tanh); the decode kernel (splits 0: its table's; ws as for linear_act)");
+  m.def(
+      "decode_plan",
+      [](int64_t m_, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int device) {
+        const auto p = kp_fused_mlp::decode_plan(m_, n_out, k, gated, dtype, splits, device);
+        py::dict d;
+        d["row"] = kp_fused_mlp::decode_row_names()[p.row];
+        d["splits"] = p.splits;
+        d["split_steps"] = p.split_steps;
+        d["grid"] = py::make_tuple(p.grid_x, p.grid_y, p.grid_z);
+        d["ctas_per_sm"] = p.ctas_per_sm;
+        d["workspace_bytes"] = kp_fused_mlp::decode_workspace_bytes(p, m_, n_out, gated);
+        return d;
+      },
+      py::arg("m"), py::arg("n_out"), py::arg("k"), py::arg("gated"), py::arg("dtype"), py::arg("splits"),
+      py::arg("device"),
+      "the decode kernel's plan of a call (row, splits, split_steps, grid, ctas_per_sm, workspace_bytes); "
+      "splits > 0 forces that many");
+  m.def("decode_configs", &kp_fused_mlp::decode_row_names, "the rows of the decode table (csrc/decode_table.h)");
+  m.def("decode_max_m", &kp_fused_mlp::decode_max_m, "the most tokens the decode kernel takes by default");
+  m.def("decode_device_problem", &kp_fused_mlp::decode_device_problem, py::arg("device"),
+        "'' when the device can run the decode kernels (sm80+), else why not");
   m.def("gemm_configs", &kp_fused_mlp::gemm_config_names, "the rows of the GEMM table (csrc/gemm_table.h)");
   m.def("gemm_plan", &kp_fused_mlp::gemm_plan, py::arg("m"), py::arg("n"), py::arg("k"),
         "the GEMM table row a call of this shape gets");

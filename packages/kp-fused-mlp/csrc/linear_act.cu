@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "decode_gemv.cuh"
+#include "decode_table.h"
 #include "gemm_table.h"
 #include "kp/dtype.cuh"
 #include "kp/error.cuh"
@@ -36,18 +38,27 @@ void run_dtype(const kp::gemm::Problem& p, const LinearActArgs& a, int row, int 
   }
 }
 
+void decode(const LinearActArgs& a, int device, cudaStream_t stream) {
+  const DecodeArgs d{a.x, a.x_stride, a.w, a.w_stride, a.bias, a.y, a.ws, a.m, a.n, a.k, a.dtype, a.act, false};
+  decode_gemv(d, a.splits, device, stream);
+}
+
 }  // namespace
+
+// The configs after the GEMM table's rows: the decode kernel.
+const int kDecodeConfig = GemmTable::size;
 
 std::vector<std::string> gemm_config_names() {
   std::vector<std::string> out;
   for (const auto& r : GemmTable::rows) out.push_back(r.name);
+  out.push_back("decode_gemv");
   return out;
 }
 
 int gemm_plan(int64_t m, int64_t n, int64_t k) {
   (void)n;
   (void)k;
-  return pick_gemm_row(m);
+  return m <= DecodeTable::max_m ? kDecodeConfig : pick_gemm_row(m);
 }
 
 std::string gemm_device_problem(int device) { return kp::gemm::sm90_device_problem(device); }
@@ -57,7 +68,8 @@ void linear_act(const LinearActArgs& a, int config, int device, cudaStream_t str
                std::string("linear_act: the cuda GEMM takes float16 or bfloat16, got ") + kp::dtype_name(a.dtype));
   KP_CHECK_ARG(a.act >= 0 && a.act < kp::gemm::kNumActs,
                "linear_act: unknown activation code " + std::to_string(a.act));
-  KP_CHECK_ARG(config >= -1 && config < GemmTable::size, "linear_act: no GEMM config " + std::to_string(config));
+  KP_CHECK_ARG(config >= -1 && config <= kDecodeConfig, "linear_act: no GEMM config " + std::to_string(config));
+  if (config == kDecodeConfig || (config == -1 && a.m <= DecodeTable::max_m)) return decode(a, device, stream);
   KP_CHECK_ARG(a.bias == nullptr || reinterpret_cast<uintptr_t>(a.bias) % kp::gemm::kTmaAlignBytes == 0,
                "linear_act: bias must be 16-byte aligned");
   const kp::gemm::Problem p{a.x, a.x_stride, a.w, a.w_stride, a.y, a.n, a.m, a.n, a.k, a.dtype};

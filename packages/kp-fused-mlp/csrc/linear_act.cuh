@@ -20,12 +20,17 @@ struct LinearActArgs {
   int64_t m, n, k;
   int dtype;  // kp::DType: float16 or bfloat16 (x, w, bias and y)
   int act;    // kp::gemm::Act
+  float* ws = nullptr;  // the decode path's fp32 split-K workspace (decode_gemv.cuh), or null
+  int splits = 0;       // the decode path's K splits: 0 the table's choice
 };
 
-// config: a row of gemm_table.h, or -1 for the row pick_gemm_row() gives.
+// config: a row of gemm_table.h, kDecodeConfig (the decode kernel of decode_gemv.cuh: sm80+, any
+// N, M = 1-32 by its table and any M in 32-token chunks when forced), or -1 for the plan's pick
+// (gemm_plan: decode for M <= decode_max_m(), else pick_gemm_row()).
 void linear_act(const LinearActArgs& a, int config, int device, cudaStream_t stream);
 std::vector<std::string> gemm_config_names();
 int gemm_plan(int64_t m, int64_t n, int64_t k);
+extern const int kDecodeConfig;
 // "" when `device` can run linear_act's kernels, else why not.
 std::string gemm_device_problem(int device);
 

@@ -13,7 +13,7 @@ from kp_core import testing as kt
 from mlp_helpers import kernel_dtype, poisoned_outputs, skip_interpreted_bf16
 
 import kp_fused_mlp
-from kp_fused_mlp import gated, reference
+from kp_fused_mlp import _cuda, gated, reference
 from kp_fused_mlp.triton import gated as triton_gated
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -42,8 +42,9 @@ def _unfused(x, w, b, act):
 
 
 def _cuda_refuses(backend, dtype, inter, hidden) -> bool:
-    """The cuda level takes 16-bit dtypes and I, H multiples of 8 (test_auto_and_cuda_refusals checks
-    the messages); its tests skip the other cases."""
+    """The cuda level takes 16-bit dtypes and I, H multiples of 8 (the gated GEMM; its decode kernel
+    takes any I: tests/test_decode.py; test_auto_and_cuda_refusals checks the messages); its tests
+    skip the other cases."""
     return backend == "cuda" and (dtype == torch.float32 or inter % 8 or hidden % 8)
 
 
@@ -184,8 +185,6 @@ def test_triton_backward_kernel_alone(level, seed):
 def test_auto_and_cuda_refusals(seed):
     """auto on CPU is the reference; the cuda level refuses what its GEMM cannot take, naming the
     size to pad to (TMA's 16-byte rows) or the dtype."""
-    from kp_fused_mlp import _cuda
-
     x, w, b = _inputs((4, 16), 8, torch.float32, "cpu", seed, True)
     assert gated.LEVELS.resolve("auto", x.device, x.dtype, True, 8, 16) == "reference"  # CPU: never the interpreter
     supports = _cuda.gated_linear_supports
@@ -195,6 +194,8 @@ def test_auto_and_cuda_refusals(seed):
         "hidden K=4099 is not a multiple of 8: TMA needs rows of a multiple of 16 bytes (8 16-bit elements); pad it to 4104")
     assert "float16 and bfloat16, not torch.float32" in supports(True, "cuda", 0, torch.float32, False, 8, 8)
     assert "the CUDA kernels need a CUDA device" in supports(True, "cpu", None, torch.bfloat16, False, 8, 8)
+    # Inference calls of at most 32 rows (the `decode` fact) go to the decode kernel, which takes any I.
+    assert "intermediate" not in (supports(True, "cuda", 0, torch.bfloat16, False, 21, 4096, True) or "")
     with pytest.raises(BackendUnavailable, match="backend 'cuda' cannot serve this call"):
         kp_fused_mlp.gated_linear(x, w, "silu", b, backend="cuda")
 
@@ -202,8 +203,6 @@ def test_auto_and_cuda_refusals(seed):
 def test_interleaved_copy_layout(seed):
     """The private copy of the cuda level: Wi[16b + r] = Wg[8b + r], Wi[16b + 8 + r] = Wu[8b + r],
     from a contiguous or a transposed-view weight."""
-    from kp_fused_mlp import _cuda
-
     inter, hidden = 24, 40
     w = kt.randn((2 * inter, hidden), seed=seed)
     for weight in (w, w.t().contiguous().t()):
@@ -521,8 +520,6 @@ CUDA_SHAPES = [(1, 72, 136), (7, 1000, 520), (130, 72, 136), (1031, 1000, 520), 
 
 
 def _cuda_level():
-    from kp_fused_mlp import _cuda
-
     why = _cuda.gated_linear_supports(True, "cuda", 0, torch.bfloat16, False, 8, 8)
     if why:
         pytest.skip(why)

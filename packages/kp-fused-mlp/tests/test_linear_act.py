@@ -213,7 +213,7 @@ def test_native_checks_its_arguments_before_any_cuda_call():
     with pytest.raises(ValueError, match="K=60 is not a multiple of 8.*pad it to 64"):
         mod.linear_act(**{**args, "k": 60, "x_stride": 60, "w_stride": 60})
     with pytest.raises(ValueError, match="N=60 is not a multiple of 8.*pad it to 64"):
-        mod.linear_act(**{**args, "n": 60})
+        mod.linear_act(**{**args, "n": 60, "config": 0})  # a GEMM row: the decode config takes any N
     with pytest.raises(ValueError, match="16-byte aligned"):
         mod.linear_act(**{**args, "x": 18})
     with pytest.raises(ValueError, match="row strides must be multiples of 8"):
@@ -230,8 +230,11 @@ def test_native_checks_its_arguments_before_any_cuda_call():
 def test_gemm_table_and_plan():
     mod = _native()
     names = mod.gemm_configs()
-    assert names == ["pingpong_64x128", "pingpong_128x128_c1x2", "pingpong_128x128_c2x1", "coop_128x256_c2x1"]
-    assert _cuda.gemm_plan(1, 4096, 4096) == "pingpong_64x128"
+    assert names == ["pingpong_64x128", "pingpong_128x128_c1x2", "pingpong_128x128_c2x1", "coop_128x256_c2x1",
+                     "decode_gemv"]  # fmt: skip
+    assert _cuda.gemm_plan(1, 4096, 4096) == "decode_gemv"  # tests/test_decode.py
+    assert _cuda.gemm_plan(32, 4096, 4096) == "decode_gemv"
+    assert _cuda.gemm_plan(33, 4096, 4096) == "pingpong_64x128"
     assert _cuda.gemm_plan(64, 4096, 4096) == "pingpong_64x128"
     assert _cuda.gemm_plan(65, 4096, 4096) == "pingpong_128x128_c1x2"
     assert _cuda.gemm_plan(128, 4096, 4096) == "pingpong_128x128_c1x2"
@@ -276,7 +279,8 @@ def test_compile_fullgraph_with_grad_runs_the_reference(seed):
 )
 def test_every_gemm_table_row(dtype, with_bias, act, seed):
     """Each row of csrc/gemm_table.h, forced, on shapes with partial tiles in M and N, with each of
-    its kernels: the bias_act epilogue with a bias and with none (null pointer), and identity."""
+    its kernels: the bias_act epilogue with a bias and with none (null pointer), and identity. The
+    last config is the decode kernel (any M, in 32-token chunks)."""
     for config in range(len(_native().gemm_configs())):
         for (x_shape, n) in [((1, 64), 8), ((200, 136), 264), ((1031, 1024), 4104)]:
             x, w, b = _inputs(x_shape, n, dtype, "cuda", seed, with_bias)

@@ -3,9 +3,10 @@ and gated activation (swiglu, geglu exact and tanh), odd and real sizes, strided
 halves, forward and backward, each checked against float64; linear_act's sm90 GEMM, every row
 of its table with each epilogue, on shapes with M, N and K tails; and gated_linear's sm90 GEMM
 (the interleaved weight, the gated epilogue's direct stores of h and of the pre-activations), every
-row of its table, both dtypes and activations, on M/H/I tails (tools/gpu_check.sh sanitize).
+row of its table, both dtypes and activations, on M/H/I tails; the decode kernels of linear_act
+and gated_linear (every decode row, K splits) (tools/gpu_check.sh sanitize).
 
-    python sanitize_fused-mlp.py [glu] [linear_act] [gated]    (default: all three)
+    python sanitize_fused-mlp.py [glu] [gemm] [gated] [decode]    (default: all four)
 """
 import sys
 
@@ -48,9 +49,10 @@ def glu():
                     kt.assert_matches_oracle(gate_up.grad, want, scale=d_floor, name=f"{name} dgate_up")
 
 
-def linear_act():
-    if _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64):  # not an sm_90 GPU
-        return print("linear_act: skipped,", _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64))
+def gemm():  # linear_act's sm90 GEMM
+    why = _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64)
+    if why:  # not an sm_90 GPU
+        return print("gemm: skipped,", why)
     for config, row in enumerate(_cuda.NATIVE.module.gemm_configs()):
         for dtype in (torch.float16, torch.bfloat16):
             for m, k, n in [(1, 64, 128), (77, 200, 264), (130, 1032, 520)]:  # tails of every tile
@@ -84,7 +86,33 @@ def gated():
                         kt.assert_matches_oracle(pre, z, name=f"{name} pre")
 
 
-PARTS = {"glu": glu, "linear_act": linear_act, "gated": gated}
+def decode():
+    # The decode kernels (csrc/decode_gemv.cu): every table row (M 1, 7 | 16 | 31, and 40 forced: two
+    # 32-token chunks), K and N tails of every tile (N = 13, 264; K = 1032: a partial k-step), one split
+    # and several (the fp32 workspace and the programmatic-dependent reduce), linear and gated.
+    why = _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64, True)
+    if why:
+        return print("decode: skipped,", why)
+    config = _cuda.decode_config()
+    for dtype in (torch.float16, torch.bfloat16):
+        for m in (1, 7, 16, 31, 40):
+            for k, n in ((64, 13), (1032, 264)):
+                x = kt.randn((m, k), dtype=dtype, device="cuda", seed=m)
+                w = kt.randn((2 * n, k), dtype=dtype, device="cuda", seed=n) / k**0.5
+                b = kt.randn((2 * n,), dtype=dtype, device="cuda", seed=k)
+                for splits in (None, 1, 3):
+                    for bias, act in ((None, "none"), (b[:n], "silu"), (b[:n], "gelu")):
+                        y = _cuda.linear_act_fwd(x, w[:n], bias, act, config=config, decode_splits=splits)
+                        z = x.double() @ w[:n].double().t() + (0 if bias is None else bias.double())
+                        kt.assert_matches_oracle(y, reference.ACTIVATIONS[act](z), name=f"decode {act} {m}x{k}x{n}")
+                    for bias, act in ((None, "silu"), (b, "gelu_tanh")):
+                        h, _ = _cuda.gated_decode_fwd(x, w, bias, act, splits)
+                        want = reference.gated_linear(x.double(), w.double(), None if bias is None else bias.double(),
+                                                      act, acc=torch.float64)  # fmt: skip
+                        kt.assert_matches_oracle(h, want, name=f"gated decode {act} {m}x{k}x{n}")
+
+
+PARTS = {"glu": glu, "gemm": gemm, "gated": gated, "decode": decode}
 for part in sys.argv[1:] or PARTS:
     PARTS[part]()
 torch.cuda.synchronize()

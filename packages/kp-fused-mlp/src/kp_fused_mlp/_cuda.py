@@ -1,6 +1,7 @@
 """The cuda level: the native kernels of `kp_fused_mlp._C`, called with raw pointers (no libtorch)."""
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
@@ -67,29 +68,59 @@ def tma_size_problem(n: int, k: int, itemsize: int) -> Optional[str]:
     return tma_rows_problem((("in_features K", k), ("out_features N", n)), itemsize)
 
 
-def linear_act_supports(forced: bool, device_type: str, device_index, dtype, grad: bool, n: int, k: int):
+def _gemm_call_problem(device_type: str, dtype, grad: bool, what: str, op: str, grad_hint: str) -> Optional[str]:
+    """The first answers of a GEMM op's cuda level: a CUDA device, a 16-bit dtype, no gradient."""
     if device_type != "cuda":
         return f"the tensors are on {device_type}; the CUDA kernels need a CUDA device"
     if dtype not in _GEMM_DTYPES:
-        return f"the cuda GEMM takes float16 and bfloat16, not {dtype}"
+        return f"{what} takes float16 and bfloat16, not {dtype}"
     if grad:
-        return ("the cuda level of linear_act has no backward yet (inference only); "
-                "backend='auto' or 'reference' differentiates it")  # fmt: skip
-    why = tma_size_problem(n, k, dtype.itemsize)
+        return f"the cuda level of {op} has no backward yet (inference only); {grad_hint}"
+    return None
+
+
+def decode_k_problem(k: int, itemsize: int) -> Optional[str]:
+    """Why the decode kernel cannot take rows of K elements (it reads 16-byte packets), naming the
+    size to pad to. It takes any N."""
+    mult = 16 // itemsize
+    if k % mult:
+        return (f"in_features K={k} is not a multiple of {mult}: the decode kernel reads rows in 16-byte packets "
+                f"({mult} {8 * itemsize}-bit elements); pad it to {-(-k // mult) * mult}")  # fmt: skip
+    return None
+
+
+def linear_act_supports(forced: bool, device_type: str, device_index, dtype, grad: bool, n: int, k: int,
+                        decode: bool = False):  # fmt: skip
+    """`decode`: the call has at most DECODE_MAX_M rows (the decode kernel serves it, sm80+);
+    else kp's sm90a GEMM."""
+    why = _gemm_call_problem(device_type, dtype, grad, "the cuda GEMM", "linear_act",
+                             "backend='auto' or 'reference' differentiates it")  # fmt: skip
+    if why:
+        return why
+    why = decode_k_problem(k, dtype.itemsize) if decode else tma_size_problem(n, k, dtype.itemsize)
     if why:
         return why
     if not NATIVE.loaded:
         return NATIVE.error
-    return NATIVE.device_problem(device_index) or _gemm_device_problem(device_index)
+    return NATIVE.device_problem(device_index) or (_decode_device_problem if decode else _gemm_device_problem)(
+        device_index
+    )
 
 
 _gemm_problems: dict = {}
+_decode_problems: dict = {}
 
 
 def _gemm_device_problem(index: int) -> Optional[str]:
     if index not in _gemm_problems:
         _gemm_problems[index] = NATIVE.module.gemm_device_problem(int(index)) or None
     return _gemm_problems[index]
+
+
+def _decode_device_problem(index: int) -> Optional[str]:
+    if index not in _decode_problems:
+        _decode_problems[index] = NATIVE.module.decode_device_problem(int(index)) or None
+    return _decode_problems[index]
 
 
 def _tma_ready(t: torch.Tensor) -> torch.Tensor:
@@ -105,26 +136,72 @@ def _tma_ready(t: torch.Tensor) -> torch.Tensor:
 ACT_CODES = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}  # kp::gemm::Act
 
 
-def linear_act_fwd(x: torch.Tensor, weight: torch.Tensor, bias, activation: str, config: int = -1) -> torch.Tensor:
+def linear_act_fwd(x: torch.Tensor, weight: torch.Tensor, bias, activation: str, config: int = -1,
+                   decode_splits: Optional[int] = None) -> torch.Tensor:  # fmt: skip
     """x [M, K] (unit column stride), weight [N, K], bias [N] or None, all one 16-bit dtype;
-    M, N, K > 0. Returns y [M, N], contiguous."""
+    M, N, K > 0. Returns y [M, N], contiguous.
+
+    `config`: -1 gemm_plan's pick (the decode kernel for M <= DECODE_MAX_M), else the index of a
+    gemm_configs() name ("decode_gemv": the decode kernel at any M). `decode_splits`: the decode
+    kernel's K splits (None: its table's), for sweeps and tests."""
     (m, k), n = x.shape, weight.shape[0]
     x, weight = _tma_ready(x), _tma_ready(weight)
     if bias is not None:
         bias = _tma_ready(bias.view(1, n)).view(n)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     index = x.device.index
+    decode = config == decode_config() or (config == -1 and m <= DECODE_MAX_M)
+    ws, splits = _decode_workspace(m, n, k, False, x, decode_splits) if decode else (None, 0)
     NATIVE.module.linear_act(
         x.data_ptr(), x.stride(0) if m > 1 else k, weight.data_ptr(), weight.stride(0) if n > 1 else k,
         0 if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, dtypes.code(x.dtype),
-        ACT_CODES[activation], config, index, current_stream(index),
+        ACT_CODES[activation], config, index, current_stream(index), 0 if ws is None else ws.data_ptr(), splits,
     )  # fmt: skip
     return y
 
 
 def gemm_plan(m: int, n: int, k: int) -> str:
-    """The name of the GEMM table row a call of this shape gets (csrc/gemm_table.h)."""
+    """The name of the config a call of this shape gets: a GEMM table row (csrc/gemm_table.h), or
+    "decode_gemv" (csrc/decode_table.h) for M <= DECODE_MAX_M."""
     return NATIVE.module.gemm_configs()[NATIVE.module.gemm_plan(m, n, k)]
+
+
+# ---------------------------------------------------------------------------------------------
+# The decode kernels (csrc/decode_gemv.cu): linear_act and gated_linear at a few tokens, streaming
+# the weight once (mma.sync over weight rows; sm80+), K split where the row blocks leave SMs idle.
+
+DECODE_MAX_M = NATIVE.module.decode_max_m() if NATIVE.loaded else 0
+"""The most rows (tokens) the decode kernel serves by default (the cut in csrc/decode_table.h)."""
+
+
+@functools.lru_cache(maxsize=None)
+def decode_config() -> int:
+    """linear_act's `config` index of the decode kernel."""
+    return NATIVE.module.gemm_configs().index("decode_gemv")
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan(m: int, n_out: int, k: int, gated: bool, dtype_code: int, splits: int, index: int) -> dict:
+    return NATIVE.module.decode_plan(m, n_out, k, gated, dtype_code, splits, index)
+
+
+def decode_plan(m: int, n_out: int, k: int, *, gated: bool = False, dtype=torch.bfloat16, splits: int = 0,
+                device=None) -> dict:  # fmt: skip
+    """The decode kernel's plan of a call (row, splits, split_steps, grid, ctas_per_sm,
+    workspace_bytes). n_out: N (gated: I); splits > 0: forced, as `decode_splits` does."""
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    return dict(_plan(int(m), int(n_out), int(k), bool(gated), dtypes.code(dtype), int(splits), index))
+
+
+def _decode_workspace(m: int, n_out: int, k: int, gated: bool, x: torch.Tensor, splits: Optional[int]):
+    """(fp32 workspace or None, K splits) of a decode call: the plan's, or `splits` forced."""
+    if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool) or splits < 1):
+        raise ValueError(f"decode_splits must be a positive int or None, got {splits!r}")
+    plan = _plan(m, n_out, k, gated, dtypes.code(x.dtype), splits or 0, x.device.index)
+    if plan["splits"] == 1:
+        return None, 1
+    return torch.empty(plan["workspace_bytes"] // 4, dtype=torch.float32, device=x.device), plan["splits"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,11 +257,21 @@ def interleaved_weight(w: torch.Tensor) -> torch.Tensor:
     return wi
 
 
-def gated_linear_supports(forced: bool, device_type: str, device_index, dtype, grad: bool, inter: int, hidden: int):
-    if device_type != "cuda":
-        return f"the tensors are on {device_type}; the CUDA kernels need a CUDA device"
-    if dtype not in _GEMM_DTYPES:
-        return f"the cuda GEMM takes float16 and bfloat16, not {dtype}"
+def gated_linear_supports(forced: bool, device_type: str, device_index, dtype, grad: bool, inter: int, hidden: int,
+                          decode: bool = False):  # fmt: skip
+    """gated_linear's cuda level: the decode kernel for inference calls of at most DECODE_MAX_M rows
+    (`decode`; sm80+, any I), else the gated GEMM (sm90a, I and H multiples of 8, with a gradient
+    too: the forward saves the pre-activations and the Triton level's backward runs)."""
+    why = _gemm_call_problem(device_type, dtype, False, "the cuda level of gated_linear", "gated_linear", "")
+    if why:
+        return why
+    if decode and not grad:
+        why = decode_k_problem(hidden, dtype.itemsize)
+        if why:
+            return why.replace("in_features K", "hidden")
+        if not NATIVE.loaded:
+            return NATIVE.error
+        return NATIVE.device_problem(device_index) or _decode_device_problem(device_index)
     why = gated_size_problem(inter, hidden, dtype.itemsize)
     if why:
         return why
@@ -203,12 +290,20 @@ def gated_size_problem(inter: int, hidden: int, itemsize: int) -> Optional[str]:
 
 
 def gated_linear_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, save_pre: bool, config: int = -1,
-                     swizzle: int = 0, raster: int = -1):  # fmt: skip
+                     swizzle: int = 0, raster: int = -1, decode_splits: Optional[int] = None):  # fmt: skip
     """x [M, K] (unit column stride), w = [Wg; Wu] [2I, K], bias [2I] or None, one 16-bit dtype.
     Returns (h [M, I] contiguous, P = [gate_pre | up_pre] [M, 2I] contiguous when save_pre, else None).
-    config, swizzle, raster: a table row, the scheduler's swizzle group and raster order, for sweeps
-    (tools/gpu_check_gated.sh); the defaults are the table's."""
+
+    Inference calls of at most DECODE_MAX_M rows run the decode kernel (gated_decode_fwd), as do
+    calls that name `decode_splits` (its K splits, for sweeps and tests); the others the gated
+    GEMM. config, swizzle, raster: the GEMM's table row, the scheduler's swizzle group and raster
+    order, for sweeps (tools/gpu_check_gated.sh); the defaults are the table's."""
     (m, k), inter = x.shape, w.shape[0] // 2
+    if not save_pre and config == -1 and (decode_splits is not None or m <= DECODE_MAX_M):
+        return gated_decode_fwd(x, w, bias, activation, decode_splits)
+    if decode_splits is not None:
+        raise ValueError("kp_fused_mlp: decode_splits is the decode kernel's, which saves no pre-activations and "
+                         "takes no GEMM config")  # fmt: skip
     h = torch.empty((m, inter), dtype=x.dtype, device=x.device)
     pre = torch.empty((m, 2 * inter), dtype=x.dtype, device=x.device) if save_pre else None
     if m == 0 or inter == 0:
@@ -236,3 +331,22 @@ def gated_linear_bwd(dh, x, w, pre, activation: str, need_dx: bool, need_dw: boo
 def gated_plan(m: int) -> str:
     """The name of the gated table row a call of M rows gets (csrc/gated_table.h)."""
     return NATIVE.module.gated_configs()[NATIVE.module.gated_plan(m)]
+
+
+def gated_decode_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, decode_splits: Optional[int] = None):
+    """The decode kernel: x [M, H] (unit column stride), w [2I, H], bias [2I] or None, one 16-bit
+    dtype; M, I, H > 0. Returns (h [M, I] contiguous, None). Any M runs (32-token chunks past
+    DECODE_MAX_M, each streaming the weight again: supports() keeps auto's calls at the cut)."""
+    (m, k), inter = x.shape, w.shape[0] // 2
+    x, w = _tma_ready(x), _tma_ready(w)
+    if bias is not None:
+        bias = bias.contiguous()
+    h = torch.empty((m, inter), dtype=x.dtype, device=x.device)
+    ws, splits = _decode_workspace(m, inter, k, True, x, decode_splits)
+    index = x.device.index
+    NATIVE.module.gated_decode(
+        x.data_ptr(), x.stride(0) if m > 1 else k, w.data_ptr(), w.stride(0), 0 if bias is None else bias.data_ptr(),
+        h.data_ptr(), m, inter, k, dtypes.code(x.dtype), ACT_CODES[activation], 0 if ws is None else ws.data_ptr(),
+        splits, index, current_stream(index),
+    )  # fmt: skip
+    return h, None

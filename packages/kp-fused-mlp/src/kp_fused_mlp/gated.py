@@ -5,10 +5,12 @@ epilogue: one pass writes the [M, I] intermediate, never the [M, 2I] projections
 
 Levels: reference (plain PyTorch, fp32 math rounded once; differentiable to any order), triton
 (one kernel computing the gate and up tiles of the same columns, with a backward: an elementwise
-kernel and linear_act's tl.dot GEMM), cuda (kp's sm90a GEMM against a cached copy of the packed
-weight with its gate and up rows interleaved in 8-row blocks, the gated activation in its own
-epilogue: float16/bfloat16 on an H100/H200, I and H multiples of 8; its backward is the Triton
-level's, from the pre-activations the cuda forward saves in the same layout).
+kernel and linear_act's tl.dot GEMM), cuda (float16/bfloat16: for inference calls of at most 32
+rows the decode kernel of csrc/decode_gemv.cu, the gate and up rows of each output column in one
+warp's accumulators, sm80+; otherwise kp's sm90a GEMM against a cached copy of the packed weight
+with its gate and up rows interleaved in 8-row blocks, the gated activation in its own epilogue,
+I and H multiples of 8, on an H100/H200; its backward is the Triton level's, from the
+pre-activations the cuda forward saves in the same layout).
 
 Built on kp_core.op like glu.py: two registered ops (forward, backward) with fakes and autograd.
 The forward op returns (h, P): P = [gate_pre | up_pre] [M, 2I] when a gradient is needed (the
@@ -21,7 +23,7 @@ from kp_core import registry
 from kp_core.op import AutogradOp, Levels, as_rows, empty, saveable
 
 from . import reference
-from .linear import check_operands, resolve_level
+from .linear import check_operands, is_decode, resolve_level
 
 GATED_ACTIVATIONS = tuple(reference.GATES)  # "silu", "gelu_tanh"
 
@@ -35,12 +37,22 @@ LEVELS = Levels(
     {"cuda": "kp_fused_mlp._cuda", "triton": "kp_fused_mlp.triton.gated", "reference": "kp_fused_mlp.reference"},
     supports={"cuda": _cuda_supports},
 )
-"""Facts a level's `supports` reads: device type and index, dtype, needs grad, I, H."""
+"""Facts a level's `supports` reads: device type and index, dtype, needs grad, I, H, decode (at
+most the cuda level's DECODE_MAX_M rows: linear.is_decode)."""
 
 
 def describe_backends() -> list:
-    """Lines for `python -m kp_core`: what `auto` picks for a bf16 Llama-3-8B training call."""
-    return LEVELS.describe(torch.bfloat16, True, 14336, 4096)
+    """Lines for `python -m kp_core`: what `auto` picks for a bf16 Llama-3-8B training call and a
+    decode (inference, 1-32 tokens) call."""
+    return [f"{line} (training)" for line in LEVELS.describe(torch.bfloat16, True, 14336, 4096, False)] + [
+        f"{line} (decode)" for line in LEVELS.describe(torch.bfloat16, False, 14336, 4096, True)
+    ]
+
+
+def level(x: torch.Tensor, w_gate_up: torch.Tensor, bias, backend) -> tuple:
+    """(level, needs grad, compiling) of a gated_linear call (resolve_level with its facts)."""
+    two_i, hidden = w_gate_up.shape
+    return resolve_level(LEVELS, backend, (x, w_gate_up, bias), two_i // 2, hidden, is_decode(x, hidden))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,9 +155,9 @@ def gated_linear(
     `backend`: "auto" (default), "cuda", "triton" or "reference".
     """
     _check(x, w_gate_up, activation, bias)
+    name, grad, compiling = level(x, w_gate_up, bias, backend)
     two_i, hidden = w_gate_up.shape
     inter = two_i // 2
-    name, grad, compiling = resolve_level(LEVELS, backend, (x, w_gate_up, bias), inter, hidden)
     if name == "reference" or x.numel() == 0 or inter == 0:  # empty (M, I or H = 0): nothing to launch
         return reference.gated_linear(x, w_gate_up, bias, activation)
     rows = as_rows(x, hidden)

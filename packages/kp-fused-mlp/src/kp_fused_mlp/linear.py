@@ -21,6 +21,7 @@ from kp_core.dtypes import FLOATING
 from kp_core.op import Levels, as_rows, check_tensor, triton_supports
 
 from . import reference
+from ._cuda import DECODE_MAX_M
 
 ACTIVATIONS = tuple(reference.ACTIVATIONS)  # "none", "relu", "gelu", "gelu_tanh", "silu"
 
@@ -29,7 +30,7 @@ def _cuda_supports(forced, device_type, device_index, *facts):
     return LEVELS.module("cuda").linear_act_supports(forced, device_type, device_index, *facts)
 
 
-def _triton_supports(forced, device_type, device_index, dtype, grad, n, k):
+def _triton_supports(forced, device_type, device_index, dtype, grad, n, k, decode=False):
     if grad:
         return ("the triton level of linear_act has no backward yet (inference only); "
                 "backend='auto' or 'reference' differentiates it")  # fmt: skip
@@ -41,12 +42,22 @@ LEVELS = Levels(
     {"cuda": "kp_fused_mlp._cuda", "triton": "kp_fused_mlp.triton.linear", "reference": "kp_fused_mlp.reference"},
     supports={"cuda": _cuda_supports, "triton": _triton_supports},
 )
-"""Facts a level's `supports` reads: device type and index, dtype, needs grad, N, K."""
+"""Facts a level's `supports` reads: device type and index, dtype, needs grad, N, K, decode (at
+most the cuda level's DECODE_MAX_M rows: its decode kernel serves the call, not the GEMM)."""
 
 
 def describe_backends() -> list:
-    """Lines for `python -m kp_core`: what `auto` picks for a bf16 4096 x 4096 inference call."""
-    return LEVELS.describe(torch.bfloat16, False, 4096, 4096)
+    """Lines for `python -m kp_core`: what `auto` picks for a bf16 4096 x 4096 inference call
+    (the GEMM's size class and the decode kernel's)."""
+    return [f"{line} (GEMM)" for line in LEVELS.describe(torch.bfloat16, False, 4096, 4096, False)] + [
+        f"{line} (decode)" for line in LEVELS.describe(torch.bfloat16, False, 4096, 4096, True)
+    ]
+
+
+def is_decode(x: torch.Tensor, k: int) -> bool:
+    """Whether a call of x [..., K] has at most the cuda level's DECODE_MAX_M rows (the `decode`
+    fact of linear_act and gated_linear)."""
+    return x.numel() <= k * DECODE_MAX_M
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,6 +122,12 @@ def _check(x, weight, bias, activation) -> None:
         raise ValueError(f"linear_act: unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
 
 
+def level(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], backend) -> tuple:
+    """(level, needs grad, compiling) of a linear_act call (resolve_level with its facts)."""
+    n, k = weight.shape
+    return resolve_level(LEVELS, backend, (x, weight, bias), n, k, is_decode(x, k))
+
+
 def linear_act(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -125,14 +142,16 @@ def linear_act(
     or None; one dtype for all (float32, float16, bfloat16). `activation`: "none", "relu", "gelu",
     "gelu_tanh" (gelu with approximate="tanh") or "silu". Returns [..., out_features].
 
-    The cuda level needs float16/bfloat16, an sm_90 GPU, in_features and out_features multiples of
-    8 (TMA moves 16-byte rows; a named backend="cuda" says what to pad to), and no gradient. The
-    triton level takes any float dtype, shape and strides on a GPU, and no gradient.
+    The cuda level needs float16/bfloat16 and no gradient. Up to 32 rows (`_cuda.DECODE_MAX_M`) it
+    runs its decode kernel (sm80 or newer, in_features a multiple of 8: it streams the weight in
+    16-byte packets); more rows run kp's GEMM (an sm_90 GPU, in_features and out_features multiples
+    of 8: TMA moves 16-byte rows). A named backend="cuda" says what to pad to. The triton level
+    takes any float dtype, shape and strides on a GPU, and no gradient.
     `backend`: "auto" (default), "cuda", "triton" or "reference".
     """
     _check(x, weight, bias, activation)
+    name, _, compiling = level(x, weight, bias, backend)
     n, k = weight.shape
-    name, _, compiling = resolve_level(LEVELS, backend, (x, weight, bias), n, k)
     if name == "reference" or x.numel() == 0 or n == 0:  # empty (M, N or K = 0): nothing to launch
         return reference.linear_act_fwd(x, weight, bias, activation)
     rows = as_rows(x, k)

@@ -11,8 +11,11 @@ import math
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _nn_module
 
+from . import gated, linear
 from .gated import GATED_ACTIVATIONS, gated_linear
+from .linear import linear_act
 
 _PACKED = {"gate_up_weight": "weight", "gate_up_bias": "bias"}  # packed Parameter -> Hugging Face key suffix
 
@@ -22,8 +25,12 @@ class GatedMLP(nn.Module):
 
     `activation`: "silu" (Llama, Mistral, Qwen2) or "gelu_tanh" (Gemma's gelu_pytorch_tanh).
     `bias`: biases on all three projections (Llama's mlp_bias). `backend` goes to gated_linear;
-    the down projection is torch's (cuBLAS). `GatedMLP.from_hf(m)` builds one from a Hugging Face
-    MLP; `kp_fused_mlp.replace_mlps(model)` swaps every one of a model's.
+    the down projection is torch's (cuBLAS), or linear_act's cuda level at decode sizes (at most
+    32 tokens) where gated_linear runs at the cuda level and linear_act's cuda level can serve the
+    down projection too (a plain nn.Linear without hooks, of h's dtype, outside autocast, no
+    gradient). `GatedMLP.from_hf(m)`
+    builds one from a Hugging Face MLP; `kp_fused_mlp.replace_mlps(model)` swaps every one of a
+    model's.
     """
 
     def __init__(self, hidden: int, intermediate: int, activation: str = "silu", bias: bool = False,
@@ -50,11 +57,23 @@ class GatedMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self.gate_up_weight, self.gate_up_bias
-        if torch.is_autocast_enabled(x.device.type):
+        autocast = torch.is_autocast_enabled(x.device.type)
+        if autocast:
             # Autocast casts F.linear's operands; gated_linear takes one dtype, so cast as it would.
             dtype = torch.get_autocast_dtype(x.device.type)
             x, w, b = x.to(dtype), w.to(dtype), None if b is None else b.to(dtype)
-        return self.down_proj(gated_linear(x, w, self.activation, b, backend=self.backend))
+        name = gated.level(x, w, b, self.backend)[0]
+        h = gated_linear(x, w, self.activation, b, backend=name)
+        down = self.down_proj
+        decode = linear.is_decode(h, h.shape[-1])
+        if name == "cuda" and decode and not autocast and _plain_linear(down) and down.weight.dtype == h.dtype:
+            # At a few tokens the cuda level streams the down weight through linear_act too (its
+            # decode kernel reads it at copy speed, where cuBLAS's GEMV does not); the module
+            # stays an nn.Linear (state dict, Parameters), only its call is replaced. Past the
+            # cut (the gated GEMM's calls) the down projection stays cuBLAS's.
+            if linear.level(h, down.weight, down.bias, "auto")[0] == "cuda":
+                return linear_act(h, down.weight, down.bias, backend="cuda")
+        return down(h)
 
     def extra_repr(self) -> str:
         s = f"hidden={self.hidden}, intermediate={self.intermediate}, activation={self.activation!r}"
@@ -80,6 +99,13 @@ class GatedMLP(nn.Module):
                 new.gate_up_bias = nn.Parameter(torch.cat([gate.bias, up.bias]), gate.bias.requires_grad)
         new.down_proj = down
         return new.train(m.training)
+
+
+def _plain_linear(m: nn.Module) -> bool:
+    """An nn.Linear whose call is F.linear: exactly that class (not a quantized or adapter
+    subclass), with no hooks of its own or global ones that its __call__ would run."""
+    return (type(m) is nn.Linear and not (m._forward_hooks or m._forward_pre_hooks)
+            and not (_nn_module._global_forward_hooks or _nn_module._global_forward_pre_hooks))  # fmt: skip
 
 
 def _save_hf_keys(module: GatedMLP, state_dict, prefix: str, local_metadata) -> None:

@@ -1,0 +1,417 @@
+// The decode kernels (decode_gemv.cuh): y^T = W x^T on mma.sync m16n8k16, with the weight rows as
+// the MMA's M side (16 rows x 8 tokens a tile), so M = 1-32 tokens fill the N = 8 side and the
+// weight is the operand that streams.
+//
+// Fragments straight from global memory, no shared memory: a 16-byte load gives thread
+// (g = lane / 4, t = lane % 4) the 8 columns k0 + 8t .. 8t + 7 of weight row g, another those of
+// row g + 8. A sum over k does not care in which order k runs, so the MMA's k index is permuted
+// to match: with the same 16-byte load of x row (token) g at k0 + 8t, thread (g, t) holds exactly
+// the A registers {row g, row g + 8} x {pairs 0, 1} of one m16n8k16 and the B registers of the
+// same k values; pairs 2, 3 are a second MMA. Every weight byte is loaded once, 16 bytes a thread,
+// 64 contiguous bytes a row per instruction, and x (tiny, re-read by every warp) comes from L1.
+//
+// Bandwidth: each warp keeps a ring of `stages` k-steps of its 32 weight rows in registers
+// (2 KB a step): a step is consumed, then the ring slot is refilled with the step `stages`
+// ahead, so stages x 2 KB stay in flight per warp without shared memory or barriers. Weights are
+// loaded with ld.global.nc.L1::no_allocate (they would only evict x from L1) and an L2
+// evict_first policy (read once; keeps the L2 for x, the partials and the rest of the model).
+//
+// K splits (grid y) write fp32 partials [split, m, rows]; a second kernel sums them in split
+// order (deterministic: no atomics) and applies the epilogue. Both kernels are launched as
+// programmatic dependents (sm90) and trigger their dependents at their start, so a kernel's launch
+// hides under the previous one's tail; each waits (griddepcontrol.wait) before its first global
+// access, so the overlap never reads what the previous kernel is still writing.
+//
+// Instantiations, listed on purpose: 3 table rows x 2 dtypes x {linear, gated} main kernels, and
+// 2 dtypes x {linear, gated} reduce kernels: 16 kernels.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "decode_gemv.cuh"
+#include "decode_table.h"
+#include "kp/dtype.cuh"
+#include "kp/error.cuh"
+#include "kp/gemm/activation.cuh"
+#include "kp/host.cuh"
+#include "kp/launch.cuh"
+#include "kp/plan_cache.h"
+
+namespace kp_fused_mlp {
+namespace {
+
+using kp::gemm::Act;
+
+constexpr int kWarps = DecodeTable::kWarps;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kStepK = 32;  // columns of k a warp step covers: 4 threads x 8 elements a row
+constexpr int kReduceThreads = 256;
+
+struct Params {
+  const void* x;
+  int64_t x_stride;
+  const void* w;
+  int64_t w_stride;
+  const void* bias;
+  void* y;
+  float* ws;
+  int64_t m, n_out, rows, k;
+  int act, splits, split_steps;
+};
+
+// ---- PTX helpers ---------------------------------------------------------------------------------
+
+// L2 evict_first policy for the weight stream (sm80+).
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+
+// 16 bytes of weights, or zeros where `ok` is false (no access then). Predicated in PTX, not a
+// branch: the ring's refill stays one straight block of loads.
+__device__ __forceinline__ uint4 ld_weight(const void* p, bool ok, uint64_t pol) {
+  uint4 v;
+  asm volatile(
+      "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n"
+      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+      " @q ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %6;\n}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(static_cast<int>(ok)), "l"(pol));
+  return v;
+}
+
+// 16 bytes of x through L1 (every warp of the SM reads the same columns), or zeros.
+__device__ __forceinline__ uint4 ld_x(const void* p, bool ok) {
+  uint4 v;
+  asm volatile(
+      "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n"
+      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
+      " @q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(static_cast<int>(ok)));
+  return v;
+}
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+// One k-step of one 16-row tile: rows g (lo) and g + 8 (hi), x row g (xv), 8 k values each: the
+// k order (8t, 8t + 1 | 8t + 2, 8t + 3) is the first MMA's (2t, 2t + 1 | 2t + 8, 2t + 9).
+template <typename T>
+__device__ __forceinline__ void mma_step(float (&c)[4], const uint4& lo, const uint4& hi, const uint4& xv) {
+  mma16816<T>(c, lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);
+  mma16816<T>(c, lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);
+}
+
+// ---- the main kernel -----------------------------------------------------------------------------
+
+// Grid: x = blocks of kWarps warps (a warp: 32 weight rows; gated: 16 output columns = 16 gate
+// rows + the 16 up rows I below them), y = K splits, z = 32-token (MT x 8) chunks of x.
+template <typename T, int MT, int U, bool GATED>
+__global__ void __launch_bounds__(kThreads) decode_gemv_kernel(const Params p) {
+  // Launched as a programmatic dependent: this CTA may be resident before the previous kernel of
+  // the stream has finished (when that kernel triggers early, as this one does). Nothing global
+  // is read or written before the wait: x may be that kernel's output, and so may the weights.
+  kp::wait_prior_grid();
+  kp::allow_dependents();  // the next kernel (the reduce, the next decode call) may launch now
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int64_t warp_id = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  // Output column of tile r's row g (+ 8 h); its weight row is col (+ I for the gated up tile).
+  const int64_t col0 = GATED ? warp_id * 16 : warp_id * 32;
+  auto col_of = [&](int r, int h) { return col0 + (GATED ? 0 : 16 * r) + g + 8 * h; };
+  auto row_of = [&](int r, int h) { return col_of(r, h) + (GATED && r == 1 ? p.n_out : 0); };
+
+  const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.split_steps * kStepK;
+  const int klen = static_cast<int>(std::min<int64_t>(p.k - k_begin, static_cast<int64_t>(p.split_steps) * kStepK));
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.z) * (8 * MT);
+
+  const T* wp[2][2];
+  bool wv[2][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      wv[r][h] = col_of(r, h) < p.n_out;
+      wp[r][h] = static_cast<const T*>(p.w) + (wv[r][h] ? row_of(r, h) * p.w_stride : 0) + k_begin + 8 * t;
+    }
+  const T* xp[MT];
+  bool xv[MT];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int64_t tok = tok0 + 8 * mt + g;
+    xv[mt] = tok < p.m;
+    xp[mt] = static_cast<const T*>(p.x) + (xv[mt] ? tok * p.x_stride : 0) + k_begin + 8 * t;
+  }
+  const uint64_t pol = evict_first_policy();
+
+  uint4 ring[U][2][2];
+  auto refill = [&](uint4 (&slot)[2][2], int step) {
+    const bool kin = step * kStepK + 8 * t < klen;
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) slot[r][h] = ld_weight(wp[r][h] + step * kStepK, wv[r][h] && kin, pol);
+  };
+#pragma unroll
+  for (int u = 0; u < U; ++u) refill(ring[u], u);
+
+  float acc[2][MT][4];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.f;
+
+  const int steps = (klen + kStepK - 1) / kStepK;
+  for (int s0 = 0; s0 < steps; s0 += U) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int step = s0 + u;
+      const bool kin = step * kStepK + 8 * t < klen;
+      uint4 xb[MT];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) xb[mt] = ld_x(xp[mt] + step * kStepK, xv[mt] && kin);
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) mma_step<T>(acc[r][mt], ring[u][r][0], ring[u][r][1], xb[mt]);
+      refill(ring[u], step + U);  // steps past the split load nothing (zeros)
+    }
+  }
+
+  // Accumulator i of tile r, token tile mt: weight row of (r, h = i / 2), token 8 mt + 2t + i % 2.
+  if (p.splits > 1) {
+    float* ws = p.ws + static_cast<int64_t>(blockIdx.y) * p.m * p.rows;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t tok = tok0 + 8 * mt + 2 * t + (i & 1);
+        if (tok >= p.m) continue;
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          if (col_of(r, i >> 1) < p.n_out) ws[tok * p.rows + row_of(r, i >> 1)] = acc[r][mt][i];
+      }
+    return;
+  }
+  const T* bias = static_cast<const T*>(p.bias);
+  const Act act = static_cast<Act>(p.act);
+  T* y = static_cast<T*>(p.y);
+  float b[2][2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) b[r][h] = bias && wv[r][h] ? kp::to_f(bias[row_of(r, h)]) : 0.f;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t tok = tok0 + 8 * mt + 2 * t + (i & 1);
+      const int h = i >> 1;
+      if (tok >= p.m) continue;
+      if constexpr (GATED) {
+        if (wv[0][h])
+          y[tok * p.n_out + col_of(0, h)] = kp::from_f<T>(kp::gemm::apply_act(act, acc[0][mt][i] + b[0][h]) *
+                                                          (acc[1][mt][i] + b[1][h]));
+      } else {
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+          if (wv[r][h]) y[tok * p.n_out + col_of(r, h)] = kp::from_f<T>(kp::gemm::apply_act(act, acc[r][mt][i] + b[r][h]));
+      }
+    }
+}
+
+// ---- the split reduction -------------------------------------------------------------------------
+
+// One thread an output element: the splits' partials summed in split order, then the epilogue.
+template <typename T, bool GATED>
+__global__ void __launch_bounds__(kReduceThreads) decode_reduce_kernel(const Params p) {
+  kp::wait_prior_grid();  // the partials of the main kernel (launched before, as our primary)
+  kp::allow_dependents();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kReduceThreads + threadIdx.x;
+  if (i >= p.m * p.n_out) return;
+  const int64_t tok = i / p.n_out, col = i - tok * p.n_out;
+  const float* ws = p.ws + tok * p.rows + col;
+  const int64_t split_stride = p.m * p.rows;
+  float a = 0.f, u = 0.f;
+  for (int s = 0; s < p.splits; ++s) {
+    a += ws[s * split_stride];
+    if constexpr (GATED) u += ws[s * split_stride + p.n_out];
+  }
+  const T* bias = static_cast<const T*>(p.bias);
+  const Act act = static_cast<Act>(p.act);
+  float out;
+  if constexpr (GATED)
+    out = kp::gemm::apply_act(act, a + (bias ? kp::to_f(bias[col]) : 0.f)) *
+          (u + (bias ? kp::to_f(bias[p.n_out + col]) : 0.f));
+  else
+    out = kp::gemm::apply_act(act, a + (bias ? kp::to_f(bias[col]) : 0.f));
+  static_cast<T*>(p.y)[i] = kp::from_f<T>(out);
+}
+
+// ---- host: the instantiations, plans, launches ---------------------------------------------------
+
+template <typename T, int Row, bool GATED>
+constexpr auto main_kernel() {
+  return decode_gemv_kernel<T, DecodeRowT<Row>::m_tiles, DecodeRowT<Row>::stages, GATED>;
+}
+
+// f(kernel) for the (dtype, row, gated) instantiation: the one place they are chosen.
+template <typename F>
+void with_main_kernel(int dtype, int row, bool gated, F&& f) {
+  static_assert(DecodeTable::size == 3, "a new decode row needs a case here");
+  auto pick = [&](auto t) {
+    using T = decltype(t);
+    auto by_row = [&](auto gt) {
+      constexpr bool G = decltype(gt)::value;
+      switch (row) {
+        case 0: return f(main_kernel<T, 0, G>());
+        case 1: return f(main_kernel<T, 1, G>());
+        default: return f(main_kernel<T, 2, G>());
+      }
+    };
+    if (gated) return by_row(std::true_type{});
+    return by_row(std::false_type{});
+  };
+  if (dtype == kp::kBF16) return pick(__nv_bfloat16{});
+  return pick(__half{});
+}
+
+int64_t rows_per_block(bool gated) { return gated ? 16 * kWarps : 32 * kWarps; }  // output columns
+
+DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int device) {
+  DecodePlan pl{};
+  pl.row = pick_decode_row(m);
+  const DecodeRow& row = DecodeTable::rows[pl.row];
+  const int64_t ksteps = kp::cdiv(k, kStepK);
+  const int64_t blocks = kp::cdiv(n_out, rows_per_block(gated));
+  const int64_t chunks = kp::cdiv(m, 8 * row.m_tiles);
+  const int64_t ctas = blocks * chunks;
+  const kp::DeviceInfo& info = kp::device_info(device);
+  with_main_kernel(dtype, pl.row, gated, [&](auto kernel) {
+    kp::DeviceGuard guard(device);
+    pl.ctas_per_sm = kp::blocks_per_sm(reinterpret_cast<const void*>(kernel), device, kThreads, 0);
+  });
+  int64_t s = splits;
+  if (s <= 0) {
+    const int64_t fill = kp::cdiv(static_cast<int64_t>(row.fill) * info.sms, ctas);
+    const int64_t one_wave = std::max<int64_t>(1, static_cast<int64_t>(pl.ctas_per_sm) * info.sms / ctas);
+    const int64_t by_steps = std::max<int64_t>(1, ksteps / row.min_split_steps);
+    const int64_t by_ws = std::max<int64_t>(1, row.ws_pct * k / (400 * m));
+    s = std::min({fill, one_wave, by_steps, by_ws, static_cast<int64_t>(DecodeTable::kMaxSplits)});
+  }
+  s = std::max<int64_t>(1, std::min(s, ksteps));
+  pl.split_steps = static_cast<int>(kp::cdiv(ksteps, s));
+  pl.splits = static_cast<int>(kp::cdiv(ksteps, pl.split_steps));  // no empty split
+  pl.grid_x = static_cast<int>(blocks);
+  pl.grid_y = pl.splits;
+  pl.grid_z = static_cast<int>(chunks);
+  return pl;
+}
+
+void check(const DecodeArgs& a, int splits) {
+  KP_CHECK_ARG(a.dtype == kp::kF16 || a.dtype == kp::kBF16,
+               std::string("decode: float16 or bfloat16, got ") + kp::dtype_name(a.dtype));
+  KP_CHECK_ARG(a.act >= 0 && a.act < kp::gemm::kNumActs, "decode: unknown activation code " + std::to_string(a.act));
+  KP_CHECK_ARG(!a.gated || a.act == static_cast<int>(Act::kSilu) || a.act == static_cast<int>(Act::kGeluTanh),
+               "decode: the gated activation is silu or gelu_tanh (kp::gemm::Act 4 or 3)");
+  KP_CHECK_ARG(a.m >= 0 && a.n_out >= 0 && a.k >= 0, "decode: negative size");
+  KP_CHECK_ARG(splits >= 0, "decode: splits must be >= 0 (0: the table's choice)");
+  KP_CHECK_ARG(a.k % 8 == 0, "decode: in_features K=" + std::to_string(a.k) +
+                                 " is not a multiple of 8: the kernel reads 16-byte packets of 8 elements; pad it to " +
+                                 std::to_string(kp::cdiv(a.k, 8) * 8));
+  KP_CHECK_ARG(a.k < (int64_t{1} << 30) && a.n_out < (int64_t{1} << 30),
+               "decode: K and N must be below 2^30 (the grid's and the k loop's 32-bit counters)");
+  KP_CHECK_ARG(a.m < int64_t{65535} * 8 * DecodeTable::rows[DecodeTable::size - 1].m_tiles,
+               "decode: M too large for the grid's token chunks (grid z <= 65535); use a GEMM config");
+  if (a.m == 0 || a.n_out == 0) return;
+  KP_CHECK_ARG(a.k > 0, "decode: K = 0 (nothing to accumulate): the caller computes the epilogue of 0");
+  KP_CHECK_ARG(a.x && a.w && a.y, "decode: x, w and y must not be null");
+  auto rows16 = [](const void* ptr, int64_t stride, int64_t rows) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (rows <= 1 || stride % 8 == 0);
+  };
+  KP_CHECK_ARG(rows16(a.x, a.x_stride, a.m) && rows16(a.w, a.w_stride, a.gated ? 2 * a.n_out : a.n_out),
+               "decode: x and w must be 16-byte aligned and their row strides must be multiples of 8 elements");
+  KP_CHECK_ARG(a.m <= 1 || a.x_stride >= a.k, "decode: x_stride must be >= K");
+  KP_CHECK_ARG(a.w_stride >= a.k, "decode: w_stride must be >= K");
+}
+
+}  // namespace
+
+DecodePlan decode_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int device) {
+  static kp::PlanCache<DecodePlan, 7> cache;
+  return cache.get({m, n_out, k, gated, dtype, splits, device},
+                   [&] { return make_plan(m, n_out, k, gated, dtype, splits, device); });
+}
+
+int64_t decode_workspace_bytes(const DecodePlan& p, int64_t m, int64_t n_out, bool gated) {
+  return p.splits > 1 ? static_cast<int64_t>(p.splits) * m * (gated ? 2 * n_out : n_out) * 4 : 0;
+}
+
+std::string decode_device_problem(int device) {
+  const kp::DeviceInfo& info = kp::device_info(device);
+  if (info.major < 8)
+    return "device " + std::to_string(device) + " is sm_" + std::to_string(info.major * 10 + info.minor) +
+           ": the decode kernels need sm80 or newer (mma.sync with bfloat16)";
+  return "";
+}
+
+std::vector<std::string> decode_row_names() {
+  std::vector<std::string> out;
+  for (const auto& r : DecodeTable::rows) out.push_back(r.name);
+  return out;
+}
+
+int decode_max_m() { return DecodeTable::max_m; }
+
+void decode_gemv(const DecodeArgs& a, int splits, int device, cudaStream_t stream) {
+  check(a, splits);
+  if (a.m == 0 || a.n_out == 0) return;
+  const std::string why = decode_device_problem(device);
+  KP_CHECK_ARG(why.empty(), "decode: " + why);
+  const DecodePlan pl = decode_plan(a.m, a.n_out, a.k, a.gated, a.dtype, splits, device);
+  KP_CHECK_ARG(pl.splits == 1 || a.ws != nullptr,
+               "decode: the plan splits K " + std::to_string(pl.splits) +
+                   " ways and needs an fp32 workspace of splits x m x rows (decode_plan says how much)");
+  const Params p{a.x, a.x_stride, a.w, a.w_stride, a.bias, a.y, a.ws, a.m, a.n_out,
+                 a.gated ? 2 * a.n_out : a.n_out, a.k, a.act, pl.splits, pl.split_steps};
+  kp::DeviceGuard guard(device);
+  // A programmatic dependent launch (sm90; plain elsewhere): after a kernel that triggers early
+  // (this one's gated call before the down projection of GatedMLP), the CTAs are scheduled under
+  // its tail instead of after it, which takes the launch gap (~1-2 us of a 25-80 us call) off.
+  with_main_kernel(a.dtype, pl.row, a.gated, [&](auto kernel) {
+    kp::launch_dependent(kernel, device, dim3(pl.grid_x, pl.grid_y, pl.grid_z), dim3(kThreads), 0, stream, p);
+  });
+  if (pl.splits == 1) return;
+  const dim3 grid(static_cast<unsigned>(kp::cdiv(a.m * a.n_out, kReduceThreads)));
+  auto reduce = [&](auto t) {
+    using T = decltype(t);
+    if (a.gated)
+      kp::launch_dependent(decode_reduce_kernel<T, true>, device, grid, dim3(kReduceThreads), 0, stream, p);
+    else
+      kp::launch_dependent(decode_reduce_kernel<T, false>, device, grid, dim3(kReduceThreads), 0, stream, p);
+  };
+  if (a.dtype == kp::kBF16)
+    reduce(__nv_bfloat16{});
+  else
+    reduce(__half{});
+}
+
+}  // namespace kp_fused_mlp

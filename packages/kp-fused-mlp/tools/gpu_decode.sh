@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU check of kp-fused-mlp's decode path (csrc/decode_gemv.cu), offline: the package (and
+# kp-core) already installed, nothing fetched. Writes everything under $OUT (default ./gpu-decode-out).
+#
+#   OUT=/tmp/out bash packages/kp-fused-mlp/tools/gpu_decode.sh [tests|sanitize|sweep|bench|all]
+#
+# tests:    test_decode.py (the decode kernels), test_linear_act.py and test_gated_mlp.py (what the
+#           decode cut changed), -v -rfE, reports in $OUT/pytest_*.txt
+# sanitize: compute-sanitizer memcheck and initcheck (the split partials must all be written before
+#           the reduce reads them) over tools/sanitize_fused-mlp.py's decode section; the kernels use
+#           no shared memory: no racecheck needed
+# sweep:    tools/decode_sweep.py, K splits 0 (table) and 1-16, linear and gated -> $OUT/sweep_*.json
+# bench:    bench/bench_decode.py (linear_act and GatedMLP at 1/16/32/64 tokens vs copy, torch,
+#           torch.compile, kp's GEMM forced) -> $OUT/bench_decode/
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+OUT=${OUT:-$PWD/gpu-decode-out}
+mkdir -p "$OUT"
+what=${1:-all}
+PKG=packages/kp-fused-mlp
+status=0
+run() { echo "+ $*" >&2; "$@" || status=1; }
+
+if [[ $what == all || $what == tests ]]; then
+  run python -m pytest -v -rfE -n 8 "$PKG/tests/test_decode.py" > "$OUT/pytest_decode.txt" 2>&1
+  run python -m pytest -v -rfE -n 8 "$PKG/tests/test_linear_act.py" "$PKG/tests/test_gated_mlp.py" \
+    > "$OUT/pytest_linear_gated.txt" 2>&1
+  tail -3 "$OUT"/pytest_*.txt
+fi
+
+if [[ $what == all || $what == sanitize ]]; then
+  SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in memcheck initcheck; do
+    run "$SAN" --tool $tool --error-exitcode 1 python "$PKG/tools/sanitize_fused-mlp.py" decode \
+      > "$OUT/sanitize_$tool.txt" 2>&1
+    tail -2 "$OUT/sanitize_$tool.txt"
+  done
+fi
+
+if [[ $what == all || $what == sweep ]]; then
+  run python "$PKG/tools/decode_sweep.py" --out "$OUT/sweep_linear.json" > "$OUT/sweep_linear.txt" 2>&1
+  run python "$PKG/tools/decode_sweep.py" --gated --out "$OUT/sweep_gated.json" > "$OUT/sweep_gated.txt" 2>&1
+  cat "$OUT"/sweep_*.txt
+fi
+
+if [[ $what == all || $what == bench ]]; then
+  run python "$PKG/bench/bench_decode.py" --out "$OUT/bench_decode" > "$OUT/bench_decode.txt" 2>&1
+  tail -40 "$OUT/bench_decode.txt"
+fi
+exit $status
