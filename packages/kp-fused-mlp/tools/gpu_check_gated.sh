@@ -7,7 +7,8 @@
 #
 #   packages/kp-fused-mlp/tools/gpu_check_gated.sh [full]
 #
-# Default: the tests of the cuda level only (`-k "cuda-cuda or test_cuda"`, ~3 min) and the
+# Default: the tests of the cuda level only (`-k "cuda-cuda or test_cuda"`, ~3 min; and the decode
+# kernel's gated tests in test_decode.py) and the
 # benchmark at 8192 tokens (--quick: both MLP shapes). full: every test of test_gated_mlp.py and
 # the whole benchmark (1-8192 tokens).
 set -uo pipefail
@@ -27,6 +28,11 @@ select=(-k "cuda-cuda or test_cuda"); [ $full = 1 ] && select=()
 timeout 540 $PY -m pytest -p no:cacheprovider -n 8 -v -rfE "$PKG/tests/test_gated_mlp.py" "${select[@]}" \
   --junitxml="$OUT/test_gated_mlp.xml" > "$OUT/test_gated_mlp.txt" 2>&1
 echo "pytest rc=$?"; tail -n 3 "$OUT/test_gated_mlp.txt"
+# The decode kernel's gated tests: gated_linear's cuda level is the decode kernel at <= 32 tokens
+# without a gradient, the gated GEMM otherwise (test_gated_auto_order checks the split).
+timeout 300 $PY -m pytest -p no:cacheprovider -n 8 -v -rfE "$PKG/tests/test_decode.py" -k "gated or auto or empty" \
+  --junitxml="$OUT/test_decode_gated.xml" > "$OUT/test_decode_gated.txt" 2>&1
+echo "pytest (decode, gated) rc=$?"; tail -n 3 "$OUT/test_decode_gated.txt"
 
 echo "== compute-sanitizer over the gated GEMM (every row, both dtypes, tails)"
 for tool in memcheck racecheck; do
