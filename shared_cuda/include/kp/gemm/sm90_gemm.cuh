@@ -85,6 +85,56 @@ __global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksP
 #endif
 }
 
+namespace detail {
+
+// The persistent launch of a CUTLASS sm90 kernel built on table row `c` (any epilogue): a grid of
+// the clusters that fit at once, the scheduler's swizzle and raster, the TMA descriptors, a cluster
+// launch on `stream`. The caller has filled the problem, mainloop and epilogue arguments.
+template <class Kernel>
+void sm90_launch(typename Kernel::Arguments& args, const Sm90TileConfig& c, int device, cudaStream_t stream) {
+  const void* func = reinterpret_cast<const void*>(&sm90_gemm_kernel<Kernel>);
+  const int smem = Kernel::SharedStorageSize;
+  const int cluster = c.cluster_m * c.cluster_n;
+  args.hw_info.device_id = device;
+  args.hw_info.sm_count = device_info(device).sms;
+  // Clusters that fit at once (a cluster's CTAs share a GPC): the persistent grid's size.
+  args.hw_info.max_active_clusters = max_active_clusters(func, device, Kernel::MaxThreadsPerBlock, smem, cluster);
+  args.scheduler.max_swizzle_size = c.max_swizzle;
+  using Raster = typename Kernel::TileScheduler::RasterOrderOptions;
+  args.scheduler.raster_order = c.raster == Sm90Raster::kAlongM   ? Raster::AlongM
+                                : c.raster == Sm90Raster::kAlongN ? Raster::AlongN
+                                                                  : Raster::Heuristic;
+
+  KP_CHECK_ARG(Kernel::can_implement(args),
+               std::string("gemm: the ") + c.name + " kernel cannot run this problem (alignment of a size or stride)");
+  KP_CHECK_ARG(Kernel::get_workspace_size(args) == 0,
+               std::string("gemm: the ") + c.name + " kernel wants a workspace, which kp does not pass yet");
+  // Builds the TMA descriptors (cuTensorMapEncodeTiled, reached through the runtime's driver
+  // entry points: the module links no libcuda).
+  const typename Kernel::Params params = Kernel::to_underlying_arguments(args, nullptr);
+
+  {
+    std::lock_guard<std::mutex> lock(kp::detail::cache_mu());
+    kp::detail::prepare(func, device, smem, cluster);  // once: the > 48 KB smem opt-in
+  }
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = c.cluster_m;
+  attr[0].val.clusterDim.y = c.cluster_n;
+  attr[0].val.clusterDim.z = 1;
+  cfg.gridDim = Kernel::get_grid_shape(params);
+  cfg.blockDim = Kernel::get_block_shape();
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  KP_CHECK_CUDA(cudaLaunchKernelEx(&cfg, &sm90_gemm_kernel<Kernel>, params));
+  KP_CHECK_LAUNCH();
+}
+
+}  // namespace detail
+
 template <int DType, class Config, class Kind>
 const void* Sm90Gemm<DType, Config, Kind>::kernel() {
   using Kernel = typename detail::Sm90Types<DType, Config, Kind>::Kernel;
@@ -127,45 +177,7 @@ void Sm90Gemm<DType, Config, Kind>::run(const Problem& p, const typename Kind::A
   args.epilogue.dD = cute::make_stride(p.ldd, cute::Int<1>{}, int64_t(0));
   Ty::Fusion::fill(args.epilogue.thread, e);
 
-  const void* func = kernel();
-  const int smem = Kernel::SharedStorageSize;
-  constexpr int cluster = c.cluster_m * c.cluster_n;
-  args.hw_info.device_id = device;
-  args.hw_info.sm_count = device_info(device).sms;
-  // Clusters that fit at once (a cluster's CTAs share a GPC): the persistent grid's size.
-  args.hw_info.max_active_clusters = max_active_clusters(func, device, Kernel::MaxThreadsPerBlock, smem, cluster);
-  args.scheduler.max_swizzle_size = c.max_swizzle;
-  using Raster = typename Kernel::TileScheduler::RasterOrderOptions;
-  args.scheduler.raster_order = c.raster == Sm90Raster::kAlongM   ? Raster::AlongM
-                                : c.raster == Sm90Raster::kAlongN ? Raster::AlongN
-                                                                  : Raster::Heuristic;
-
-  KP_CHECK_ARG(Kernel::can_implement(args),
-               std::string("gemm: the ") + c.name + " kernel cannot run this problem (alignment of a size or stride)");
-  KP_CHECK_ARG(Kernel::get_workspace_size(args) == 0,
-               std::string("gemm: the ") + c.name + " kernel wants a workspace, which kp does not pass yet");
-  // Builds the TMA descriptors (cuTensorMapEncodeTiled, reached through the runtime's driver
-  // entry points: the module links no libcuda).
-  const typename Kernel::Params params = Kernel::to_underlying_arguments(args, nullptr);
-
-  {
-    std::lock_guard<std::mutex> lock(kp::detail::cache_mu());
-    kp::detail::prepare(func, device, smem, cluster);  // once: the > 48 KB smem opt-in
-  }
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = c.cluster_m;
-  attr[0].val.clusterDim.y = c.cluster_n;
-  attr[0].val.clusterDim.z = 1;
-  cfg.gridDim = Kernel::get_grid_shape(params);
-  cfg.blockDim = Kernel::get_block_shape();
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  KP_CHECK_CUDA(cudaLaunchKernelEx(&cfg, &sm90_gemm_kernel<Kernel>, params));
-  KP_CHECK_LAUNCH();
+  detail::sm90_launch<Kernel>(args, c, device, stream);
 }
 
 }  // namespace kp::gemm
