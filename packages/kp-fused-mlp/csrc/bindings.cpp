@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "decode_gemv.cuh"
+#include "gated.cuh"
 #include "glu.cuh"
 #include "kp/py_module.h"
 #include "kp/gemm/scheduler.h"
@@ -18,8 +19,8 @@ using kp::py_ptr;
 using kp::py_stream;
 
 PYBIND11_MODULE(_C, m) {
-  m.doc() = "kp-fused-mlp native CUDA kernels (SwiGLU, GeGLU; linear + bias + activation on an sm90a GEMM; the "
-            "decode kernels of linear_act and gated_linear)";
+  m.doc() = "kp-fused-mlp native CUDA kernels (SwiGLU, GeGLU; linear + bias + activation and the gated linear on an "
+            "sm90a GEMM; the decode kernels of linear_act and gated_linear)";
   kp::add_common(m, kp_fused_mlp::probe_kernel());
 
   m.def(
@@ -161,4 +162,24 @@ PYBIND11_MODULE(_C, m) {
       "(max_swizzle, raster) as overridden: (0, -1) when the table rows' own apply");
   m.def("gemm_device_problem", &kp_fused_mlp::gemm_device_problem, py::arg("device"),
         "'' when the device can run linear_act's sm90a GEMM, else why not");
+
+  m.def(
+      "gated_linear_fwd",
+      [](uintptr_t x, int64_t x_stride, uintptr_t w, int64_t w_stride, uintptr_t bias, uintptr_t h, int64_t h_stride,
+         uintptr_t pre, int64_t pre_stride, int64_t m_, int64_t inter, int64_t k, int dtype, int act, int config,
+         int device, uintptr_t stream, int swizzle, int raster) {
+        const kp::gemm::GatedProblem p{py_ptr(x), x_stride, py_ptr(w), w_stride, py_ptr(bias), py_ptr<void*>(h),
+                                       h_stride, py_ptr<void*>(pre), pre_stride, m_, inter, k, dtype, act};
+        kp_fused_mlp::gated_linear_fwd(p, config, device, py_stream(stream), {swizzle, raster});
+      },
+      py::arg("x"), py::arg("x_stride"), py::arg("w"), py::arg("w_stride"), py::arg("bias"), py::arg("h"),
+      py::arg("h_stride"), py::arg("pre"), py::arg("pre_stride"), py::arg("m"), py::arg("inter"), py::arg("k"),
+      py::arg("dtype"), py::arg("act"), py::arg("config"), py::arg("device"), py::arg("stream"),
+      py::arg("swizzle") = 0, py::arg("raster") = -1,
+      "h[m, inter] = act(x @ Wg^T + bg) * (x @ Wu^T + bu), w: [Wg; Wu] interleaved in 8-row blocks "
+      "(kp/gemm/sm90_gated.h), bias [2 * inter] in [bg; bu] order or 0; pre (or 0): [gate_pre | up_pre] [m, 2 * inter]; "
+      "config: a gated table row, -1: the table's pick; swizzle (1/2/4/8) and raster (0 heuristic, 1 along M, 2 "
+      "along N) override the row's scheduler for sweeps (0 / -1: the row's)");
+  m.def("gated_configs", &kp_fused_mlp::gated_config_names, "the rows of the gated GEMM table (csrc/gated_table.h)");
+  m.def("gated_plan", &kp_fused_mlp::gated_plan, py::arg("m"), "the gated table row a call of m rows gets");
 }

@@ -99,10 +99,11 @@ def test_supports_answers():
     assert s(True, "cuda", 0, torch.bfloat16, True, 64, 64, True) == s(True, "cuda", 0, torch.bfloat16, True, 64, 64)
     assert "out_features N=13 is not a multiple of 8" in s(True, "cuda", 0, torch.bfloat16, True, 13, 64, True)
     g = _cuda.gated_linear_supports
-    assert "no backward yet" in g(True, "cuda", 0, torch.bfloat16, True, 64, 64, True)
     assert g(True, "cuda", 0, torch.float32, False, 64, 64, True).startswith("the cuda level of gated_linear takes")
-    why = g(True, "cuda", 0, torch.bfloat16, False, 14336, 4096, False)
-    assert why.startswith("M > 32 tokens: the CUDA gated GEMM is not written yet")
+    # Past the cut, or with a gradient, the gated GEMM serves the call: it needs I a multiple of 8.
+    assert g(True, "cuda", 0, torch.bfloat16, False, 14340, 4096, False).startswith("intermediate I=14340 is not")
+    assert g(True, "cuda", 0, torch.bfloat16, True, 14340, 4096, True).startswith("intermediate I=14340 is not")
+    assert "intermediate" not in (g(True, "cuda", 0, torch.bfloat16, False, 14340, 4096, True) or "")
     assert "hidden=4100 is not a multiple of 8" in g(True, "cuda", 0, torch.bfloat16, False, 64, 4100, True)
     assert g(False, "cpu", None, torch.bfloat16, False, 64, 64, True).startswith("the tensors are on cpu")
 
@@ -310,14 +311,17 @@ def test_gated_every_split_and_odd_inter(splits, seed):
 
 @pytest.mark.gpu
 def test_gated_auto_order():
-    """auto: cuda for inference calls at the cut, triton past it and for gradients."""
+    """auto: cuda at the cut (the decode kernel) and past it or with a gradient (the gated GEMM, on an
+    sm90 GPU), triton where the GEMM cannot take I (not a multiple of 8) past the cut."""
     _gpu()
     dev = torch.device("cuda", 0)
+    sm90 = not _cuda.gated_linear_supports(True, "cuda", 0, torch.bfloat16, False, 14336, 4096, False)
     assert gated.LEVELS.resolve("auto", dev, torch.bfloat16, False, 14336, 4096, True) == "cuda"
-    assert gated.LEVELS.resolve("auto", dev, torch.bfloat16, False, 14336, 4096, False) == "triton"
-    assert gated.LEVELS.resolve("auto", dev, torch.bfloat16, True, 14336, 4096, True) == "triton"
-    x, w, _ = _gated_inputs(40, 64, 24, torch.bfloat16, 0, False)
-    with pytest.raises(BackendUnavailable, match="M > 32 tokens: the CUDA gated GEMM is not written yet"):
+    assert gated.LEVELS.resolve("auto", dev, torch.bfloat16, False, 14336, 4096, False) == ("cuda" if sm90 else "triton")
+    assert gated.LEVELS.resolve("auto", dev, torch.bfloat16, True, 14336, 4096, True) == ("cuda" if sm90 else "triton")
+    assert gated.LEVELS.resolve("auto", dev, torch.bfloat16, False, 13, 64, False) == "triton"
+    x, w, _ = _gated_inputs(40, 64, 13, torch.bfloat16, 0, False)
+    with pytest.raises(BackendUnavailable, match="intermediate I=13 is not a multiple of 8.*pad it to 16"):
         kp_fused_mlp.gated_linear(x, w, backend="cuda")
 
 

@@ -41,13 +41,11 @@ def _unfused(x, w, b, act):
     return reference.GATES[act](F.linear(x, w[:inter], bg)) * F.linear(x, w[inter:], bu)
 
 
-@pytest.fixture
-def level(level):
-    """The package's levels but cuda: gated_linear's cuda level serves inference calls of at most
-    32 tokens only (its decode kernel; tests/test_decode.py), not these gradients and sizes."""
-    if level[0] == "cuda":
-        pytest.skip("gated_linear's cuda level is its decode kernel alone: tests/test_decode.py")
-    return level
+def _cuda_refuses(backend, dtype, inter, hidden) -> bool:
+    """The cuda level takes 16-bit dtypes and I, H multiples of 8 (the gated GEMM; its decode kernel
+    takes any I: tests/test_decode.py; test_auto_and_cuda_refusals checks the messages); its tests
+    skip the other cases."""
+    return backend == "cuda" and (dtype == torch.float32 or inter % 8 or hidden % 8)
 
 
 def _oracle(x, w, b, act):
@@ -67,6 +65,8 @@ def _skip(level, dtype, shape):
     backend, device = level
     if device == "cpu" and shape in GPU_SHAPES:
         pytest.skip("GPU-sized shape")
+    if _cuda_refuses(backend, dtype, shape[1], shape[0][-1]):
+        pytest.skip("the cuda level takes float16/bfloat16 and I, H multiples of 8")
 
 
 CASES = [(s, d, a, b) for s in SHAPES + GPU_SHAPES for d in DTYPES for a in ACTS for b in (True, False)]
@@ -181,13 +181,36 @@ def test_triton_backward_kernel_alone(level, seed):
         kt.assert_matches_oracle(triton_gated.gated_pre_grad(dh, pre, act), want, name=act)
 
 
-def test_auto_and_the_cuda_slot(seed):
+def test_auto_and_cuda_refusals(seed):
+    """auto on CPU is the reference; the cuda level refuses what its GEMM cannot take, naming the
+    size to pad to (TMA's 16-byte rows) or the dtype."""
     x, w, b = _inputs((4, 16), 8, torch.float32, "cpu", seed, True)
     assert gated.LEVELS.resolve("auto", x.device, x.dtype, True, 8, 16) == "reference"  # CPU: never the interpreter
-    why = gated._cuda_supports(True, "cuda", 0, torch.bfloat16, False, 14336, 4096, False)  # past the decode cut
-    assert "not written yet" in why or not _cuda.NATIVE.loaded
+    supports = _cuda.gated_linear_supports
+    assert "pad it to 24" in supports(True, "cuda", 0, torch.bfloat16, False, 21, 4096)
+    assert supports(True, "cuda", 0, torch.float16, True, 21, 4096).startswith("intermediate I=21 is not a multiple of 8")
+    assert supports(True, "cuda", 0, torch.bfloat16, False, 14336, 4099).startswith(
+        "hidden K=4099 is not a multiple of 8: TMA needs rows of a multiple of 16 bytes (8 16-bit elements); pad it to 4104")
+    assert "float16 and bfloat16, not torch.float32" in supports(True, "cuda", 0, torch.float32, False, 8, 8)
+    assert "the CUDA kernels need a CUDA device" in supports(True, "cpu", None, torch.bfloat16, False, 8, 8)
+    # Inference calls of at most 32 rows (the `decode` fact) go to the decode kernel, which takes any I.
+    assert "intermediate" not in (supports(True, "cuda", 0, torch.bfloat16, False, 21, 4096, True) or "")
     with pytest.raises(BackendUnavailable, match="backend 'cuda' cannot serve this call"):
         kp_fused_mlp.gated_linear(x, w, "silu", b, backend="cuda")
+
+
+def test_interleaved_copy_layout(seed):
+    """The private copy of the cuda level: Wi[16b + r] = Wg[8b + r], Wi[16b + 8 + r] = Wu[8b + r],
+    from a contiguous or a transposed-view weight."""
+    inter, hidden = 24, 40
+    w = kt.randn((2 * inter, hidden), seed=seed)
+    for weight in (w, w.t().contiguous().t()):
+        wi = _cuda.interleave_gate_up(weight)
+        assert wi.is_contiguous() and wi.shape == w.shape
+        for row in range(2 * inter):
+            block, r = divmod(row, 16)
+            want = w[8 * block + r] if r < 8 else w[inter + 8 * block + r - 8]
+            assert torch.equal(wi[row], want), row
 
 
 def test_bad_input_raises_clearly(seed):
@@ -249,7 +272,7 @@ def test_compile_fullgraph_forward_and_backward(level, seed):
 def test_double_backward(level, seed):
     """The reference level is plain autograd; the kernel levels refuse a second derivative."""
     backend, device = level
-    x, w, _ = _inputs((3, 16), 8, torch.float32, device, seed, False)
+    x, w, _ = _inputs((3, 16), 8, torch.bfloat16 if backend == "cuda" else torch.float32, device, seed, False)
     x, w = x.requires_grad_(True), w.requires_grad_(True)
     h = kp_fused_mlp.gated_linear(x, w, "silu", backend=backend)
     (dx,) = torch.autograd.grad(h.sum(), x, create_graph=True)
@@ -439,20 +462,174 @@ def test_known_hugging_face_classes_are_found_by_their_forward():
 
 
 @pytest.mark.gpu
-def test_cuda_graph_capture(seed):
+@pytest.mark.parametrize("backend", ["triton", "cuda"])
+def test_cuda_graph_capture(backend, seed):
     x, w, b = _inputs((64, 4096), 1024, torch.bfloat16, "cuda", seed, True)
-    h = kt.graph_captured(lambda a, c, d: kp_fused_mlp.gated_linear(a, c, "silu", d, backend="triton"), x, w, b)
+    h = kt.graph_captured(lambda a, c, d: kp_fused_mlp.gated_linear(a, c, "silu", d, backend=backend), x, w, b)
     kt.assert_matches_oracle(h, _oracle(x, w, b, "silu")[0])
 
 
 @pytest.mark.gpu
-def test_other_cuda_devices(seed):
+@pytest.mark.parametrize("backend", ["triton", "cuda"])
+def test_other_cuda_devices(backend, seed):
     """cuda:1 when present, cuda:0 current: forward and backward launch on the tensors' device."""
     if torch.cuda.device_count() < 2:
         pytest.skip("one GPU")
     x, w, b = (t.requires_grad_(True) for t in _inputs((100, 512), 256, torch.bfloat16, "cuda:1", seed, True))
     with torch.cuda.device(0):
-        h = kp_fused_mlp.gated_linear(x, w, "silu", b, backend="triton")
+        h = kp_fused_mlp.gated_linear(x, w, "silu", b, backend=backend)
         h.sum().backward()
     assert h.device == x.device and w.grad.device == w.device
     kt.assert_matches_oracle(h, _oracle(x.detach(), w.detach(), b.detach(), "silu")[0])
+
+
+# ---- the cuda level's GEMM ------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_gated_epilogue_on_the_host(tmp_path):
+    """tools/check_gated_epilogue.cu, built with nvcc and run on the CPU (no GPU): the register
+    pairing the interleave relies on, and the epilogue's own code over whole problems (h and P bit
+    for bit), for every row of the table."""
+    import importlib.util
+    import pathlib
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    spec = importlib.util.find_spec("cutlass_library")  # found, not imported (its import runs generators)
+    if not pathlib.Path(nvcc).exists() or spec is None:
+        pytest.skip("needs nvcc and the CUTLASS headers of the nvidia-cutlass wheel")
+    cutlass = pathlib.Path(list(spec.submodule_search_locations)[0]) / "source" / "include"
+    pkg = pathlib.Path(__file__).resolve().parents[1]
+    exe = tmp_path / "check_gated_epilogue"
+    subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", "--expt-relaxed-constexpr", "-I", str(pkg / "shared_cuda" / "include"),
+                    "-isystem", str(cutlass), "-I", str(pkg / "csrc"), str(pkg / "tools" / "check_gated_epilogue.cu"),
+                    "-o", str(exe)], check=True)  # fmt: skip
+    run = subprocess.run([str(exe)], capture_output=True, text=True)
+    assert run.returncode == 0 and "FAILED" not in run.stdout, run.stdout + run.stderr
+    assert run.stdout.count("epilogue ok") == len(GATED_ROWS), run.stdout
+
+
+# ---- the cuda level's GEMM (GPU only) ------------------------------------------------------------
+
+GATED_ROWS = ["pingpong_128x128_c1x2", "pingpong_128x128_c2x1", "coop_128x256_c2x1"]  # csrc/gated_table.h
+# (M, H, I): M 1, 7, 130, 1031 and past 8K; H and I multiples of 8 but of no tile (64 / 128 / 256).
+CUDA_SHAPES = [(1, 72, 136), (7, 1000, 520), (130, 72, 136), (1031, 1000, 520), (8200, 1032, 1048)]
+
+
+def _cuda_level():
+    why = _cuda.gated_linear_supports(True, "cuda", 0, torch.bfloat16, False, 8, 8)
+    if why:
+        pytest.skip(why)
+    return _cuda
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("row", GATED_ROWS)
+def test_cuda_every_row_matches_oracle(row, act, dtype, seed):
+    """Each table row forced, on M/H/I tails, with and without bias, saving the pre-activations or
+    not: h and P against float64, every output NaN-poisoned first."""
+    _cuda = _cuda_level()
+    config = _cuda.NATIVE.module.gated_configs().index(row)
+    for i, (m, hidden, inter) in enumerate(CUDA_SHAPES):
+        x, w, b = _inputs((m, hidden), inter, dtype, "cuda", seed + i, i % 2 == 0)
+        want, torch_h = _oracle(x, w, b, act)
+        with poisoned_outputs("cuda", [want.numel() * 8] * 3):
+            h, pre = _cuda.gated_linear_fwd(x, w, b, act, True, config=config)
+        name = f"{row} {m}x{hidden}->{inter}"
+        kt.assert_matches_oracle(h, want, torch_out=torch_h, name=f"h {name}")
+        kt.assert_matches_oracle(pre, F.linear(x.double(), w.double(), None if b is None else b.double()),
+                                 torch_out=F.linear(x, w, b), name=f"pre {name}")  # fmt: skip
+        h2, none = _cuda.gated_linear_fwd(x, w, b, act, False, config=config)
+        assert none is None and torch.equal(h, h2), name
+    h, pre = _cuda.gated_linear_fwd(x[:0], w, b, act, True, config=config)  # M = 0: nothing launched
+    assert h.shape == (0, w.shape[0] // 2) and pre.shape == (0, w.shape[0])
+
+
+@pytest.mark.gpu
+def test_cuda_plan_and_auto():
+    """The table row by M; auto picks the cuda level for a 16-bit call it supports (with or without
+    a gradient), triton for float32."""
+    _cuda = _cuda_level()
+    cuda = torch.device("cuda")
+    assert gated.LEVELS.resolve("auto", cuda, torch.bfloat16, False, 14336, 4096) == "cuda"
+    assert gated.LEVELS.resolve("auto", cuda, torch.float16, True, 136, 72) == "cuda"
+    assert gated.LEVELS.resolve("auto", cuda, torch.float32, False, 136, 72) == "triton"
+    assert [_cuda.gated_plan(m) for m in (1, 128, 129, 4096, 4097, 8192)] == [r for r in GATED_ROWS for _ in (0, 1)]
+
+
+@pytest.mark.gpu
+def test_cuda_weight_cache(seed):
+    """The interleaved copy is built once per weight and rebuilt when the weight changes: an in-place
+    update (version counter), a new tensor at the freed address, a dtype change through .data."""
+    _cuda = _cuda_level()
+    hidden, inter = 72, 136
+    x, w, _ = _inputs((33, hidden), inter, torch.bfloat16, "cuda", seed, False)
+
+    def check(x, w, name):
+        kt.assert_matches_oracle(kp_fused_mlp.gated_linear(x, w, backend="cuda"), _oracle(x, w, None, "silu")[0], name=name)
+
+    check(x, w, "first call")
+    builds = _cuda.gated_weight_builds()
+    check(x, w, "cached")
+    assert _cuda.gated_weight_builds() == builds, "a second call with the same weight rebuilt the copy"
+    with torch.no_grad():
+        w.mul_(-2)
+    check(x, w, "after an in-place update")
+    assert _cuda.gated_weight_builds() == builds + 1
+    address = w.data_ptr()
+    del w
+    w = torch.empty((2 * inter, hidden), dtype=torch.bfloat16, device="cuda")  # the caching allocator's freed block
+    w.copy_(kt.randn(w.shape, dtype=w.dtype, device="cuda", seed=seed + 7))
+    check(x, w, f"a new weight ({'at the same' if w.data_ptr() == address else 'at another'} address)")
+    p = torch.nn.Parameter(w.clone(), requires_grad=False)
+    check(x, p, "a parameter")
+    p.data = p.data.half()  # same object, new dtype and address
+    check(x.half(), p, "after a dtype change")
+    with torch.no_grad():
+        p.data.copy_(kt.randn(p.shape, dtype=p.dtype, device="cuda", seed=seed + 8))  # bypasses the version counter
+    _cuda.clear_gated_weight_cache()
+    check(x.half(), p, "after clear_gated_weight_cache")
+
+
+@pytest.mark.gpu
+def test_cuda_native_checks_again(seed):
+    """The C++ side refuses what the Python side would have fixed or refused: a misaligned x, sizes
+    that are not multiples of 8 (clear ValueErrors, no launch)."""
+    _cuda = _cuda_level()
+    x, w, _ = _inputs((8, 64), 16, torch.bfloat16, "cuda", seed, False)
+    wi, h = _cuda.interleave_gate_up(w), torch.empty((8, 16), dtype=x.dtype, device="cuda")
+    stream = torch.cuda.current_stream().cuda_stream
+
+    def call(offset=0, inter=16, k=64, act=4):
+        _cuda.NATIVE.module.gated_linear_fwd(x.data_ptr() + offset, k, wi.data_ptr(), k, 0, h.data_ptr(), inter, 0, 0, 8, inter, k,
+                                             _cuda.dtypes.code(x.dtype), act, -1, 0, stream)  # fmt: skip
+
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        call(offset=2)
+    with pytest.raises(ValueError, match="intermediate I=12 is not a multiple of 8.*pad it to 16"):
+        call(inter=12)
+    with pytest.raises(ValueError, match="activation must be silu or gelu_tanh"):
+        call(act=1)
+    call()
+    kt.assert_matches_oracle(h, _oracle(x, w, None, "silu")[0])
+
+
+@pytest.mark.gpu
+def test_cuda_scheduler_knobs(seed):
+    """The sweep knobs (swizzle group, raster order) change the tile order, not the result; bad
+    values are refused before any launch."""
+    _cuda = _cuda_level()
+    x, w, b = _inputs((1031, 1000), 520, torch.bfloat16, "cuda", seed, True)
+    for config in range(len(GATED_ROWS)):
+        h, _ = _cuda.gated_linear_fwd(x, w, b, "silu", False, config=config)
+        for swizzle, raster in ((8, 1), (2, 2), (4, 0)):
+            h2, _ = _cuda.gated_linear_fwd(x, w, b, "silu", False, config=config, swizzle=swizzle, raster=raster)
+            assert torch.equal(h, h2), (config, swizzle, raster)
+    with pytest.raises(ValueError, match="max_swizzle must be 1, 2, 4 or 8"):
+        _cuda.gated_linear_fwd(x, w, b, "silu", False, swizzle=3)
+    with pytest.raises(ValueError, match="raster must be"):
+        _cuda.gated_linear_fwd(x, w, b, "silu", False, raster=5)

@@ -2,8 +2,13 @@
 and gated activation (swiglu, geglu exact and tanh), odd and real sizes, strided rows and packed
 halves, forward and backward, each checked against float64; linear_act's sm90 GEMM, every row
 of its table with each epilogue, on shapes with M, N and K tails; its training path (the Z-saving
-forward, dP with the bias gradient, the dX and dW GEMMs) on each training row; and the decode
-kernels of linear_act and gated_linear (every decode row, K splits) (tools/gpu_check.sh sanitize)."""
+forward, dP with the bias gradient, the dX and dW GEMMs) on each training row; gated_linear's sm90 GEMM
+(the interleaved weight, the gated epilogue's direct stores of h and of the pre-activations), every
+row of its table, both dtypes and activations, on M/H/I tails; the decode kernels of linear_act
+and gated_linear (every decode row, K splits) (tools/gpu_check.sh sanitize).
+
+    python sanitize_fused-mlp.py [glu] [gemm] [train] [gated] [decode]    (default: all five)
+"""
 import sys
 
 import torch
@@ -11,9 +16,7 @@ import torch.nn.functional as F
 from kp_core import testing as kt
 
 import kp_fused_mlp
-
-# Sections to run: `python sanitize_fused-mlp.py [glu] [gemm] [train] [decode]` (default: all).
-SECTIONS = set(sys.argv[1:]) or {"glu", "gemm", "train", "decode"}
+from kp_fused_mlp import _cuda, reference
 
 SHAPES = [(1, 1), (3, 5), (7, 130), (1, 4096), (65, 11008), (3, 14336)]
 OPS = {
@@ -23,29 +26,34 @@ OPS = {
                    lambda t: F.gelu(t, approximate="tanh")),
 }  # fmt: skip
 
-for name, (fn, act) in OPS.items() if "glu" in SECTIONS else ():
-    for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        for rows, cols in SHAPES:
-            for packed in (False, True):
-                base = kt.randn((rows, 2 * cols + 3), dtype=dtype, device="cuda", seed=rows * cols)
-                gate_up = base[:, : 2 * cols].detach().requires_grad_(True)  # row stride 2 * cols + 3
-                gate, up = gate_up[:, :cols], gate_up[:, cols:]
-                y = fn(gate_up, backend="cuda") if packed else fn(gate, up, backend="cuda")
-                dy = kt.randn((rows, cols), dtype=dtype, device="cuda", seed=7)
-                y.backward(dy)
-                x64 = gate_up.detach().double().requires_grad_(True)
-                y64 = act(x64[:, :cols]) * x64[:, cols:]
-                (want,) = torch.autograd.grad(y64, x64, dy.double())
-                # gelu's (1 + erf) / 2 has an absolute error: floor the denominators (kt.rel_error's
-                # scale) by the terms |gate| |up|, |dy| |up| and |dy| |gate| (tests/test_glu.py's _floors).
-                a, d = x64.detach().abs(), dy.double().abs()
-                floors = (a[:, :cols] * a[:, cols:], torch.cat([d * a[:, cols:], d * a[:, :cols]], dim=1))
-                y_floor, d_floor = (0.0, 0.0) if name == "swiglu" else (f.norm().item() for f in floors)
-                kt.assert_matches_oracle(y, y64, scale=y_floor, name=f"{name} y")
-                kt.assert_matches_oracle(gate_up.grad, want, scale=d_floor, name=f"{name} dgate_up")
-from kp_fused_mlp import _cuda, reference  # noqa: E402
 
-if "gemm" in SECTIONS and not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64):  # sm_90
+def glu():
+    for name, (fn, act) in OPS.items():
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for rows, cols in SHAPES:
+                for packed in (False, True):
+                    base = kt.randn((rows, 2 * cols + 3), dtype=dtype, device="cuda", seed=rows * cols)
+                    gate_up = base[:, : 2 * cols].detach().requires_grad_(True)  # row stride 2 * cols + 3
+                    gate, up = gate_up[:, :cols], gate_up[:, cols:]
+                    y = fn(gate_up, backend="cuda") if packed else fn(gate, up, backend="cuda")
+                    dy = kt.randn((rows, cols), dtype=dtype, device="cuda", seed=7)
+                    y.backward(dy)
+                    x64 = gate_up.detach().double().requires_grad_(True)
+                    y64 = act(x64[:, :cols]) * x64[:, cols:]
+                    (want,) = torch.autograd.grad(y64, x64, dy.double())
+                    # gelu's (1 + erf) / 2 has an absolute error: floor the denominators (kt.rel_error's
+                    # scale) by the terms |gate| |up|, |dy| |up| and |dy| |gate| (tests/test_glu.py's _floors).
+                    a, d = x64.detach().abs(), dy.double().abs()
+                    floors = (a[:, :cols] * a[:, cols:], torch.cat([d * a[:, cols:], d * a[:, :cols]], dim=1))
+                    y_floor, d_floor = (0.0, 0.0) if name == "swiglu" else (f.norm().item() for f in floors)
+                    kt.assert_matches_oracle(y, y64, scale=y_floor, name=f"{name} y")
+                    kt.assert_matches_oracle(gate_up.grad, want, scale=d_floor, name=f"{name} dgate_up")
+
+
+def gemm():  # linear_act's sm90 GEMM
+    why = _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64)
+    if why:  # not an sm_90 GPU
+        return print("gemm: skipped,", why)
     for config, row in enumerate(_cuda.NATIVE.module.gemm_configs()):
         for dtype in (torch.float16, torch.bfloat16):
             for m, k, n in [(1, 64, 128), (77, 200, 264), (130, 1032, 520)]:  # tails of every tile
@@ -57,11 +65,15 @@ if "gemm" in SECTIONS and not _cuda.linear_act_supports(True, "cuda", 0, torch.b
                     z = x.double() @ w.double().t() + (0 if bias is None else bias.double())
                     want = reference.ACTIVATIONS[act](z)
                     kt.assert_matches_oracle(y, want, name=f"linear_act {row} {act} {m}x{k}x{n}")
-# The training path (csrc/linear_act_bwd.cu, dpre.cu) on each training row (csrc/gemm_bwd_table.h).
-if "train" in SECTIONS and not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, True, 64, 64):  # sm_90
+
+
+def train():  # linear_act's training path (csrc/linear_act_bwd.cu, dpre.cu) on each training row
+    why = _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, True, 64, 64)
+    if why:  # not an sm_90 GPU
+        return print("train: skipped,", why)
     for config in _cuda.NATIVE.module.gemm_bwd_configs():
         for dtype in (torch.float16, torch.bfloat16):
-            for m, k, n in [(1, 40, 24), (77, 200, 264), (130, 1032, 136)]:
+            for m, k, n in [(1, 40, 24), (77, 200, 264), (130, 1032, 136)]:  # tails of every tile, M odd
                 x = kt.randn((m, k), dtype=dtype, device="cuda", seed=m)
                 w = kt.randn((n, k), dtype=dtype, device="cuda", seed=n) / k**0.5
                 b = kt.randn((n,), dtype=dtype, device="cuda", seed=k)
@@ -77,11 +89,36 @@ if "train" in SECTIONS and not _cuda.linear_act_supports(True, "cuda", 0, torch.
                     kt.assert_matches_oracle(y, y64.detach(), name=f"{name} y")
                     for got, w64, what in zip((dx, dw, db), want, ("dx", "dw", "db")):
                         kt.assert_matches_oracle(got, w64, name=f"{name} {what}")
-# The decode kernels (csrc/decode_gemv.cu): every table row (M 1, 7 | 16 | 31, and 40 forced: two
-# 32-token chunks), K and N tails of every tile (N = 13, 264; K = 1032: a partial k-step), one split
-# and several (the fp32 workspace and the programmatic-dependent reduce), linear and gated.
-if "decode" in SECTIONS and not _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64, True):
-    decode = _cuda.decode_config()
+
+
+def gated():
+    why = _cuda.gated_linear_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64)
+    if why:  # not an sm_90 GPU
+        return print("gated: skipped,", why)
+    for config, row in enumerate(_cuda.NATIVE.module.gated_configs()):
+        for dtype in (torch.float16, torch.bfloat16):
+            for m, k, inter in [(1, 64, 8), (77, 200, 136), (130, 1032, 264), (257, 72, 1048)]:  # every tile's tails
+                x = kt.randn((m, k), dtype=dtype, device="cuda", seed=m)
+                w = kt.randn((2 * inter, k), dtype=dtype, device="cuda", seed=inter) / k**0.5
+                b = kt.randn((2 * inter,), dtype=dtype, device="cuda", seed=k)
+                for bias, act, save_pre in ((None, "silu", False), (b, "gelu_tanh", True)):
+                    h, pre = _cuda.gated_linear_fwd(x, w, bias, act, save_pre, config=config)
+                    want = reference.gated_linear(x, w, bias, act, acc=torch.float64, out_dtype=torch.float64)
+                    name = f"gated_linear {row} {act} {m}x{k}->{inter}"
+                    kt.assert_matches_oracle(h, want, name=name)
+                    if save_pre:
+                        z = x.double() @ w.double().t() + bias.double()
+                        kt.assert_matches_oracle(pre, z, name=f"{name} pre")
+
+
+def decode():
+    # The decode kernels (csrc/decode_gemv.cu): every table row (M 1, 7 | 16 | 31, and 40 forced: two
+    # 32-token chunks), K and N tails of every tile (N = 13, 264; K = 1032: a partial k-step), one split
+    # and several (the fp32 workspace and the programmatic-dependent reduce), linear and gated.
+    why = _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64, True)
+    if why:
+        return print("decode: skipped,", why)
+    config = _cuda.decode_config()
     for dtype in (torch.float16, torch.bfloat16):
         for m in (1, 7, 16, 31, 40):
             for k, n in ((64, 13), (1032, 264)):
@@ -90,13 +127,18 @@ if "decode" in SECTIONS and not _cuda.linear_act_supports(True, "cuda", 0, torch
                 b = kt.randn((2 * n,), dtype=dtype, device="cuda", seed=k)
                 for splits in (None, 1, 3):
                     for bias, act in ((None, "none"), (b[:n], "silu"), (b[:n], "gelu")):
-                        y = _cuda.linear_act_fwd(x, w[:n], bias, act, config=decode, decode_splits=splits)
+                        y = _cuda.linear_act_fwd(x, w[:n], bias, act, config=config, decode_splits=splits)
                         z = x.double() @ w[:n].double().t() + (0 if bias is None else bias.double())
                         kt.assert_matches_oracle(y, reference.ACTIVATIONS[act](z), name=f"decode {act} {m}x{k}x{n}")
                     for bias, act in ((None, "silu"), (b, "gelu_tanh")):
-                        h, _ = _cuda.gated_linear_fwd(x, w, bias, act, False, decode_splits=splits)
+                        h, _ = _cuda.gated_decode_fwd(x, w, bias, act, splits)
                         want = reference.gated_linear(x.double(), w.double(), None if bias is None else bias.double(),
                                                       act, acc=torch.float64)  # fmt: skip
                         kt.assert_matches_oracle(h, want, name=f"gated decode {act} {m}x{k}x{n}")
+
+
+PARTS = {"glu": glu, "gemm": gemm, "train": train, "gated": gated, "decode": decode}
+for part in sys.argv[1:] or PARTS:
+    PARTS[part]()
 torch.cuda.synchronize()
-print("sanitize_fused-mlp: all paths ran")
+print(f"sanitize_fused-mlp: all paths ran ({', '.join(sys.argv[1:] or PARTS)})")

@@ -6,7 +6,9 @@ from typing import Optional
 
 import torch
 from kp_core import dtypes, load_native
+from kp_core.op import triton_importable
 from kp_core.registry import current_stream
+from torch.utils.weak import WeakIdKeyDictionary
 
 from .glu import grad_outputs
 
@@ -51,24 +53,27 @@ _GEMM_DTYPES = (torch.float16, torch.bfloat16)
 _TMA_ALIGN = 16
 
 
-def tma_size_problem(n: int, k: int, itemsize: int) -> Optional[str]:
-    """Why TMA cannot take rows of K (x, weight) and N (y) elements, naming the size to pad to."""
+def tma_rows_problem(sizes: tuple, itemsize: int) -> Optional[str]:
+    """Why TMA cannot take rows of these sizes ((name, elements) pairs), naming the size to pad to."""
     mult = _TMA_ALIGN // itemsize
-    for what, v in (("in_features K", k), ("out_features N", n)):
+    for what, v in sizes:
         if v % mult:
             return (f"{what}={v} is not a multiple of {mult}: TMA needs rows of a multiple of 16 bytes "
                     f"({mult} {8 * itemsize}-bit elements); pad it to {-(-v // mult) * mult}")  # fmt: skip
     return None
 
 
-def _gemm_call_problem(device_type: str, dtype, grad: bool, what: str, op: str, grad_hint: str) -> Optional[str]:
-    """The first answers of a GEMM op's cuda level: a CUDA device, a 16-bit dtype, no gradient."""
+def tma_size_problem(n: int, k: int, itemsize: int) -> Optional[str]:
+    """Why TMA cannot take rows of K (x, weight) and N (y) elements, naming the size to pad to."""
+    return tma_rows_problem((("in_features K", k), ("out_features N", n)), itemsize)
+
+
+def _gemm_call_problem(device_type: str, dtype, what: str) -> Optional[str]:
+    """The first answers of a GEMM op's cuda level: a CUDA device, a 16-bit dtype."""
     if device_type != "cuda":
         return f"the tensors are on {device_type}; the CUDA kernels need a CUDA device"
     if dtype not in _GEMM_DTYPES:
         return f"{what} takes float16 and bfloat16, not {dtype}"
-    if grad:
-        return f"the cuda level of {op} has no backward yet (inference only); {grad_hint}"
     return None
 
 
@@ -87,7 +92,7 @@ def linear_act_supports(forced: bool, device_type: str, device_index, dtype, gra
     """`decode`: the call has at most DECODE_MAX_M rows (the decode kernel serves it, sm80+);
     else, and for every call that needs gradients, kp's sm90a GEMM: its training kernels' needs are
     the forward's (the backward GEMMs read W, dP and x in place, rows of K and N elements)."""
-    why = _gemm_call_problem(device_type, dtype, False, "the cuda GEMM", "linear_act", "")
+    why = _gemm_call_problem(device_type, dtype, "the cuda GEMM")
     if why:
         return why
     decode = decode and not grad  # the decode kernel has no backward
@@ -315,32 +320,139 @@ def _decode_workspace(m: int, n_out: int, k: int, gated: bool, x: torch.Tensor, 
     return torch.empty(plan["workspace_bytes"] // 4, dtype=torch.float32, device=x.device), plan["splits"]
 
 
+# ---------------------------------------------------------------------------------------------
+# gated_linear: the sm90a GEMM against an interleaved copy of [Wg; Wu], the gated activation in its
+# epilogue (csrc/gated.cu; the layout and why: shared_cuda/include/kp/gemm/sm90_gated.h)
+
+GATED_BLOCK = 8  # kp::gemm::kGatedBlock: rows of Wg, then of Wu, in each 16-row block of the copy
+
+
+def interleave_gate_up(w: torch.Tensor) -> torch.Tensor:
+    """[Wg; Wu] [2I, K] -> Wi [2I, K] contiguous: Wi[16b + r] = Wg[8b + r], Wi[16b + 8 + r] = Wu[8b + r]
+    (r < 8). A 64 x N wgmma then leaves gate column c and up column c in one thread's registers."""
+    two_i, k = w.shape
+    blocks = two_i // (2 * GATED_BLOCK)
+    gate, up = w[: two_i // 2].reshape(blocks, GATED_BLOCK, k), w[two_i // 2 :].reshape(blocks, GATED_BLOCK, k)
+    return torch.stack((gate, up), dim=1).reshape(two_i, k)
+
+
+# The interleaved copy of each weight, built on first use and kept while the weight lives: one extra
+# weight-sized allocation per gate/up weight (Llama-3-8B: 235 MB a layer in bf16). Keyed by the
+# tensor object (weakly: the copy goes with the weight) and validated by everything that changes
+# what the copy must hold: the address, the version counter (any in-place update through the tensor
+# or a view or detach() of it: optimizer steps, load_state_dict, copy_), shape, strides, dtype,
+# device. Not seen: writes that bypass the version counter (through `.data`, or through another
+# tensor on the same memory, e.g. from DLPack or C++), and, inside a replayed CUDA graph, any update
+# (the graph reads the copy it captured); clear_gated_weight_cache() drops every copy after such writes.
+_interleaved = WeakIdKeyDictionary()
+_interleave_builds = 0
+
+
+def gated_weight_builds() -> int:
+    """How many interleaved copies were built (tests: a cache hit builds none)."""
+    return _interleave_builds
+
+
+def clear_gated_weight_cache() -> None:
+    _interleaved.clear()
+
+
+def interleaved_weight(w: torch.Tensor) -> torch.Tensor:
+    global _interleave_builds
+    # An inference tensor has no version counter: its in-place updates cannot be seen, so it is not cached.
+    key = None if w.is_inference() else (w.data_ptr(), w._version, w.shape, w.stride(), w.dtype, w.device)
+    hit = _interleaved.get(w) if key is not None else None
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    with torch.no_grad():
+        wi = interleave_gate_up(w.detach())
+    _interleave_builds += 1
+    # Built during CUDA graph capture, the copy holds data only once the graph replays: not cached.
+    if key is not None and not torch.cuda.is_current_stream_capturing():
+        _interleaved[w] = (key, wi)
+    return wi
+
+
 def gated_linear_supports(forced: bool, device_type: str, device_index, dtype, grad: bool, inter: int, hidden: int,
                           decode: bool = False):  # fmt: skip
-    """gated_linear's cuda level: the decode kernel, for inference calls of at most DECODE_MAX_M
-    rows (the CUDA gated GEMM for more rows is not written yet)."""
-    why = _gemm_call_problem(device_type, dtype, grad, "the cuda level of gated_linear", "gated_linear",
-                             "backend='auto' runs the triton level on a GPU, 'reference' anywhere")  # fmt: skip
+    """gated_linear's cuda level: the decode kernel for inference calls of at most DECODE_MAX_M rows
+    (`decode`; sm80+, any I), else the gated GEMM (sm90a, I and H multiples of 8, with a gradient
+    too: the forward saves the pre-activations and the Triton level's backward runs)."""
+    why = _gemm_call_problem(device_type, dtype, "the cuda level of gated_linear")
     if why:
         return why
+    if decode and not grad:
+        why = decode_k_problem(hidden, dtype.itemsize)
+        if why:
+            return why.replace("in_features K", "hidden")
+        if not NATIVE.loaded:
+            return NATIVE.error
+        return NATIVE.device_problem(device_index) or _decode_device_problem(device_index)
+    why = gated_size_problem(inter, hidden, dtype.itemsize)
+    if why:
+        return why
+    if grad and not triton_importable():
+        return ("the cuda level's backward runs the Triton level's kernels (no CUDA backward GEMMs yet), and "
+                "triton is not installed")  # fmt: skip
     if not NATIVE.loaded:
         return NATIVE.error
-    if not decode:
-        return (f"M > {DECODE_MAX_M} tokens: the CUDA gated GEMM is not written yet (the cuda level of "
-                f"gated_linear serves inference calls of at most {DECODE_MAX_M} tokens, its decode kernel)")  # fmt: skip
-    why = decode_k_problem(hidden, dtype.itemsize)
-    if why:
-        return why.replace("in_features K", "hidden")
-    return NATIVE.device_problem(device_index) or _decode_device_problem(device_index)
+    return NATIVE.device_problem(device_index) or _gemm_device_problem(device_index)
 
 
-def gated_linear_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, save_pre: bool,
-                     decode_splits: Optional[int] = None):  # fmt: skip
+def gated_size_problem(inter: int, hidden: int, itemsize: int) -> Optional[str]:
+    """Why the gated GEMM cannot take these sizes (TMA's 16-byte rows; whole 8-row blocks of Wg and
+    Wu), naming the size to pad to; kp::gemm::gated_size_problem in C++."""
+    return tma_rows_problem((("hidden K", hidden), ("intermediate I", inter)), itemsize)
+
+
+def gated_linear_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, save_pre: bool, config: int = -1,
+                     swizzle: int = 0, raster: int = -1, decode_splits: Optional[int] = None):  # fmt: skip
+    """x [M, K] (unit column stride), w = [Wg; Wu] [2I, K], bias [2I] or None, one 16-bit dtype.
+    Returns (h [M, I] contiguous, P = [gate_pre | up_pre] [M, 2I] contiguous when save_pre, else None).
+
+    Inference calls of at most DECODE_MAX_M rows run the decode kernel (gated_decode_fwd), as do
+    calls that name `decode_splits` (its K splits, for sweeps and tests); the others the gated
+    GEMM. config, swizzle, raster: the GEMM's table row, the scheduler's swizzle group and raster
+    order, for sweeps (tools/gpu_check_gated.sh); the defaults are the table's."""
+    (m, k), inter = x.shape, w.shape[0] // 2
+    if not save_pre and config == -1 and (decode_splits is not None or m <= DECODE_MAX_M):
+        return gated_decode_fwd(x, w, bias, activation, decode_splits)
+    if decode_splits is not None:
+        raise ValueError("kp_fused_mlp: decode_splits is the decode kernel's, which saves no pre-activations and "
+                         "takes no GEMM config")  # fmt: skip
+    h = torch.empty((m, inter), dtype=x.dtype, device=x.device)
+    pre = torch.empty((m, 2 * inter), dtype=x.dtype, device=x.device) if save_pre else None
+    if m == 0 or inter == 0:
+        return h, pre
+    x, wi = _tma_ready(x), interleaved_weight(w)
+    if bias is not None:
+        bias = _tma_ready(bias.view(1, 2 * inter)).view(2 * inter)
+    index = x.device.index
+    NATIVE.module.gated_linear_fwd(
+        x.data_ptr(), x.stride(0) if m > 1 else k, wi.data_ptr(), k, 0 if bias is None else bias.data_ptr(),
+        h.data_ptr(), inter, 0 if pre is None else pre.data_ptr(), 2 * inter, m, inter, k, dtypes.code(x.dtype),
+        ACT_CODES[activation], config, index, current_stream(index), swizzle, raster,
+    )  # fmt: skip
+    return h, pre
+
+
+def gated_linear_bwd(dh, x, w, pre, activation: str, need_dx: bool, need_dw: bool, need_db: bool):
+    """The Triton level's backward (dP elementwise, dx and dW on its tl.dot GEMM) from the P the cuda
+    forward saved in the same layout: the CUDA backward GEMMs (MN-major operands) are not here yet."""
+    from .triton.gated import gated_linear_bwd as triton_bwd
+
+    return triton_bwd(dh, x, w, pre, activation, need_dx, need_dw, need_db)
+
+
+def gated_plan(m: int) -> str:
+    """The name of the gated table row a call of M rows gets (csrc/gated_table.h)."""
+    return NATIVE.module.gated_configs()[NATIVE.module.gated_plan(m)]
+
+
+def gated_decode_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, decode_splits: Optional[int] = None):
     """The decode kernel: x [M, H] (unit column stride), w [2I, H], bias [2I] or None, one 16-bit
     dtype; M, I, H > 0. Returns (h [M, I] contiguous, None). Any M runs (32-token chunks past
     DECODE_MAX_M, each streaming the weight again: supports() keeps auto's calls at the cut)."""
-    if save_pre:
-        raise ValueError("kp_fused_mlp: the cuda level of gated_linear has no backward (save_pre=True)")
     (m, k), inter = x.shape, w.shape[0] // 2
     x, w = _tma_ready(x), _tma_ready(w)
     if bias is not None:

@@ -5,10 +5,12 @@ epilogue: one pass writes the [M, I] intermediate, never the [M, 2I] projections
 
 Levels: reference (plain PyTorch, fp32 math rounded once; differentiable to any order), triton
 (one kernel computing the gate and up tiles of the same columns, with a backward: an elementwise
-kernel and linear_act's tl.dot GEMM), cuda (the decode kernel of csrc/decode_gemv.cu for inference
-calls of at most 32 rows, the gate and up rows of each output column in one warp's accumulators;
-the Hopper GEMM with the gated activation in its epilogue for more rows is not written yet, so
-those calls are refused with that reason).
+kernel and linear_act's tl.dot GEMM), cuda (float16/bfloat16: for inference calls of at most 32
+rows the decode kernel of csrc/decode_gemv.cu, the gate and up rows of each output column in one
+warp's accumulators, sm80+; otherwise kp's sm90a GEMM against a cached copy of the packed weight
+with its gate and up rows interleaved in 8-row blocks, the gated activation in its own epilogue,
+I and H multiples of 8, on an H100/H200; its backward is the Triton level's, from the
+pre-activations the cuda forward saves in the same layout).
 
 Built on kp_core.op like glu.py: two registered ops (forward, backward) with fakes and autograd.
 The forward op returns (h, P): P = [gate_pre | up_pre] [M, 2I] when a gradient is needed (the
@@ -144,6 +146,12 @@ def gated_linear(
     same order) or None; one dtype for all (float32, float16, bfloat16). `activation`: "silu"
     (SwiGLU) or "gelu_tanh" (GeGLU with gelu's tanh approximation). Returns [..., intermediate].
     Differentiable at every level (first derivatives; second ones at the reference level).
+
+    The cuda level needs float16/bfloat16, an sm_90 GPU, and intermediate and hidden multiples of 8
+    (TMA moves 16-byte rows; a named backend="cuda" says what to pad to). It keeps a private copy
+    of w_gate_up with the gate and up rows interleaved (one extra weight-sized allocation per
+    weight, freed with it; rebuilt after an in-place update, which its version counter shows: a
+    write through `.data` does not, and kp_fused_mlp._cuda.clear_gated_weight_cache() drops the copies).
     `backend`: "auto" (default), "cuda", "triton" or "reference".
     """
     _check(x, w_gate_up, activation, bias)

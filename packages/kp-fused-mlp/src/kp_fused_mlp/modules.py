@@ -25,9 +25,10 @@ class GatedMLP(nn.Module):
 
     `activation`: "silu" (Llama, Mistral, Qwen2) or "gelu_tanh" (Gemma's gelu_pytorch_tanh).
     `bias`: biases on all three projections (Llama's mlp_bias). `backend` goes to gated_linear;
-    the down projection is torch's (cuBLAS), or linear_act's cuda level where gated_linear runs
-    at the cuda level and linear_act's cuda level can serve the down projection too (a plain
-    nn.Linear without hooks, of h's dtype, outside autocast, no gradient). `GatedMLP.from_hf(m)`
+    the down projection is torch's (cuBLAS), or linear_act's cuda level at decode sizes (at most
+    32 tokens) where gated_linear runs at the cuda level and linear_act's cuda level can serve the
+    down projection too (a plain nn.Linear without hooks, of h's dtype, outside autocast, no
+    gradient). `GatedMLP.from_hf(m)`
     builds one from a Hugging Face MLP; `kp_fused_mlp.replace_mlps(model)` swaps every one of a
     model's.
     """
@@ -64,10 +65,12 @@ class GatedMLP(nn.Module):
         name = gated.level(x, w, b, self.backend)[0]
         h = gated_linear(x, w, self.activation, b, backend=name)
         down = self.down_proj
-        if name == "cuda" and not autocast and _plain_linear(down) and down.weight.dtype == h.dtype:
-            # The cuda level streams the down weight through linear_act too (at a few tokens its
+        decode = linear.is_decode(h, h.shape[-1])
+        if name == "cuda" and decode and not autocast and _plain_linear(down) and down.weight.dtype == h.dtype:
+            # At a few tokens the cuda level streams the down weight through linear_act too (its
             # decode kernel reads it at copy speed, where cuBLAS's GEMV does not); the module
-            # stays an nn.Linear (state dict, Parameters), only its call is replaced.
+            # stays an nn.Linear (state dict, Parameters), only its call is replaced. Past the
+            # cut (the gated GEMM's calls) the down projection stays cuBLAS's.
             if linear.level(h, down.weight, down.bias, "auto")[0] == "cuda":
                 return linear_act(h, down.weight, down.bias, backend="cuda")
         return down(h)

@@ -44,4 +44,12 @@ struct TableRow {
   static constexpr Sm90TileConfig value = Table::rows[Row];
 };
 
+// The row of `Table` a call of M rows gets: the first whose max_m is 0 or >= M.
+template <class Table>
+constexpr int pick_row(long long m) {
+  for (int i = 0; i < Table::size; ++i)
+    if (Table::rows[i].max_m == 0 || m <= Table::rows[i].max_m) return i;
+  return Table::size - 1;
+}
+
 }  // namespace kp::gemm

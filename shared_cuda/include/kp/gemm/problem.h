@@ -35,18 +35,21 @@ constexpr int kTmaAlignBytes = 16;
 
 inline int64_t pad_to(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// "" when rows of v elements are what TMA needs, else the sentence that says what to pad, naming
+// the size as `what` (e.g. "in_features K").
+inline std::string tma_row_problem(const char* what, int64_t v, int elem_bytes) {
+  const int64_t mult = kTmaAlignBytes / elem_bytes;
+  if (v % mult == 0) return "";
+  return std::string(what) + "=" + std::to_string(v) + " is not a multiple of " + std::to_string(mult) +
+         ": TMA needs rows of a multiple of 16 bytes (" + std::to_string(mult) + " " + std::to_string(8 * elem_bytes) +
+         "-bit elements); pad it to " + std::to_string(pad_to(v, mult));
+}
+
 // "" when the sizes are what TMA needs, else the sentence that says what to pad (the Python side
 // raises it before any launch; C++ checks again).
 inline std::string tma_size_problem(int64_t n, int64_t k, int elem_bytes) {
-  const int64_t mult = kTmaAlignBytes / elem_bytes;
-  auto one = [&](const char* what, int64_t v) {
-    return std::string(what) + "=" + std::to_string(v) + " is not a multiple of " + std::to_string(mult) +
-           ": TMA needs rows of a multiple of 16 bytes (" + std::to_string(mult) + " " +
-           std::to_string(8 * elem_bytes) + "-bit elements); pad it to " + std::to_string(pad_to(v, mult));
-  };
-  if (k % mult) return one("in_features K", k);
-  if (n % mult) return one("out_features N", n);
-  return "";
+  std::string why = tma_row_problem("in_features K", k, elem_bytes);
+  return why.empty() ? tma_row_problem("out_features N", n, elem_bytes) : why;
 }
 
 inline void check_problem(const Problem& p, int elem_bytes, Operands ops = Operands::kKK) {

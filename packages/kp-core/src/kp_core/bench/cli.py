@@ -16,7 +16,7 @@ from .case import Case
 from .ceilings import measure
 from .env import describe
 from .runner import L2_MULTIPLE, MAX_INPUT_SETS, run
-from .timing import REP_MS, WARMUP_MS, do_bench, timer_name
+from .timing import FLUSH, REP_MS, WARMUP_MS, do_bench, timer_name
 
 CasesFn = Callable[..., Iterable[Case]]  # cases(quick: bool, device: str)
 
@@ -60,7 +60,7 @@ def main(cases: CasesFn, *, suite: str, argv: list[str] | None = None) -> int:
         "schema": report.SCHEMA, "suite": suite, "run": _describe_run(gpu, args), "env": env,
         "ceilings": ceilings,
         "timing": {"timer": timer_name(device), "warmup_ms": warmup, "rep_ms": rep,
-                   "l2_multiple": L2_MULTIPLE, "max_input_sets": MAX_INPUT_SETS},
+                   "l2_multiple": L2_MULTIPLE, "max_input_sets": MAX_INPUT_SETS, "flush": FLUSH},
         "rows": rows,
     }
     out = _out_dir(args, suite, env["slug"], gpu, repo)

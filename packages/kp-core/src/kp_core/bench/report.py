@@ -13,6 +13,10 @@ from .plot import plot_op
 SCHEMA = 1
 
 
+# How a run flushed the L2 (results before kp-core 0.3.3 have no "flush" key: a zero fill).
+_FLUSHES = {"read": "a 256 MB read, lines left clean", "zero": "a 256 MB zero fill, lines left dirty"}
+
+
 def write(result: dict[str, Any], out_dir: str | Path, *, plot: bool = True) -> list[Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -85,7 +89,7 @@ def _header(result: dict[str, Any]) -> list[str]:
         lines.append("| timing | wall time of single calls, median of a few (CPU smoke run) |")
     else:
         lines.append(f"| timing | median of {timing['timer']}, warmup {timing['warmup_ms']:g} ms, "
-                     f"rep {timing['rep_ms']:g} ms; L2 flushed before each call, then the stream held "
+                     f"rep {timing['rep_ms']:g} ms; L2 flushed before each call ({_FLUSHES[timing.get('flush', 'zero')]}), then the stream held "
                      f"(a spin kernel) until the host has issued the call; inputs rotated "
                      f"over enough sets to cover {timing['l2_multiple']}x the L2 (at most "
                      f"{timing['max_input_sets']}) |")

@@ -1,7 +1,10 @@
 """Timers. Every time is in milliseconds.
 
-GPU: the median device time of one call, each call timed with CUDA events after an L2 flush, as
-triton.testing.do_bench does, plus a stream hold: a spin kernel between the flush and the start
+GPU: the median device time of one call, each call timed with CUDA events after an L2 flush, plus
+a stream hold. The flush READS a 256 MB buffer: triton.testing.do_bench zero-fills one instead,
+which leaves the L2 full of dirty lines whose write-back then competes with the timed call (H200,
+2026-11-26: a 117 MB read took 37.3 us after a zero fill, 29.2 us after a read; 28% charged to
+the op for the flush's own writes, less the larger the op). The stream hold: a spin kernel between the flush and the start
 event that lasts longer than the host takes to issue the call. Without it, a call whose host work
 outlasts the flush (an autograd backward through a Python Function: 100-300 us of host time
 against a ~90 us flush) finds the GPU idle, and the window measures host launch latency, not the
@@ -20,7 +23,14 @@ import torch
 WARMUP_MS = 25
 REP_MS = 100
 _FLUSH_BYTES = 256 << 20  # larger than any current L2, like triton's own flush buffer
+FLUSH = "read"  # how the L2 is flushed (reports name it; results before kp-core 0.3.3 used a zero fill)
 _flush: dict[Any, torch.Tensor] = {}
+
+
+def _flush_l2(buf: torch.Tensor) -> None:
+    """Evict the L2 and leave its lines clean: whatever the last call wrote is written back here,
+    untimed, and the timed call starts with cold, clean lines."""
+    torch.sum(buf)
 
 
 def is_cuda(device: Any) -> bool:
@@ -101,14 +111,14 @@ def _event_median(fn: Callable[[], Any], warmup: float, rep: float) -> float:
     """Estimate, warm up, then per call: flush the L2, hold the stream, time the call."""
     dev = torch.cuda.current_device()
     if dev not in _flush:
-        _flush[dev] = torch.empty(_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+        _flush[dev] = torch.zeros(_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     flush = _flush[dev]
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     for _ in range(5):
-        flush.zero_()
+        _flush_l2(flush)
         fn()
     end.record()
     torch.cuda.synchronize()
@@ -120,7 +130,7 @@ def _event_median(fn: Callable[[], Any], warmup: float, rep: float) -> float:
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(n)]
     for s, e in events:
-        flush.zero_()
+        _flush_l2(flush)
         torch.cuda._sleep(hold)  # the GPU waits here while the host issues the call below
         s.record()
         fn()

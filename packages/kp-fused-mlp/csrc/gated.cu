@@ -1,0 +1,58 @@
+// gated_linear's host dispatch: checks, the table row, and the call into the kernel instantiations
+// (gated_sm90.cu). No CUTLASS header here.
+#include "gated.cuh"
+
+#include <string>
+
+#include "gated_table.h"
+#include "kp/dtype.cuh"
+#include "kp/error.cuh"
+#include "kp/gemm/sm90_gemm.h"
+#include "kp/launch.cuh"
+
+namespace kp_fused_mlp {
+namespace {
+
+using kp::gemm::Sm90Gated;
+
+template <int DType>
+void run_dtype(const kp::gemm::GatedProblem& p, int row, int device, cudaStream_t stream,
+               kp::gemm::SchedulerKnobs knobs) {
+  static_assert(GatedTable::size == 3, "a new table row needs a case here and its instantiations");
+  switch (row) {
+    case 0: return Sm90Gated<DType, GatedRow<0>>::run(p, device, stream, knobs);
+    case 1: return Sm90Gated<DType, GatedRow<1>>::run(p, device, stream, knobs);
+    case 2: return Sm90Gated<DType, GatedRow<2>>::run(p, device, stream, knobs);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> gated_config_names() {
+  std::vector<std::string> out;
+  for (const auto& r : GatedTable::rows) out.push_back(r.name);
+  return out;
+}
+
+int gated_plan(int64_t m) { return pick_gated_row(m); }
+
+void gated_linear_fwd(const kp::gemm::GatedProblem& p, int config, int device, cudaStream_t stream,
+                      kp::gemm::SchedulerKnobs knobs) {
+  KP_CHECK_ARG(p.dtype == kp::kF16 || p.dtype == kp::kBF16,
+               std::string("gated_linear: the cuda GEMM takes float16 or bfloat16, got ") + kp::dtype_name(p.dtype));
+  KP_CHECK_ARG(config >= -1 && config < GatedTable::size, "gated_linear: no GEMM config " + std::to_string(config));
+  kp::gemm::check_gated(p, 2);
+  if (p.m == 0 || p.inter == 0) return;
+  // From kp's per-device cache (no driver call on the hot path): an empty kernel must never run
+  // silently where sm_90a machine code cannot (PTX JIT on a newer GPU).
+  const kp::DeviceInfo& info = kp::device_info(device);
+  if (!(kp::gemm::built_for_sm90a() && info.major == 9 && info.minor == 0))
+    KP_CHECK_ARG(false, "gated_linear: " + kp::gemm::sm90_device_problem(device));
+  const int row = config >= 0 ? config : pick_gated_row(p.m);
+  if (p.dtype == kp::kBF16)
+    run_dtype<kp::kBF16>(p, row, device, stream, knobs);
+  else
+    run_dtype<kp::kF16>(p, row, device, stream, knobs);
+}
+
+}  // namespace kp_fused_mlp
