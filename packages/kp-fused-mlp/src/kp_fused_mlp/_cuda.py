@@ -377,7 +377,8 @@ def gated_linear_supports(forced: bool, device_type: str, device_index, dtype, g
                           decode: bool = False):  # fmt: skip
     """gated_linear's cuda level: the decode kernel for inference calls of at most DECODE_MAX_M rows
     (`decode`; sm80+, any I), else the gated GEMM (sm90a, I and H multiples of 8, with a gradient
-    too: the forward saves the pre-activations and the Triton level's backward runs)."""
+    too: the forward saves the pre-activations; the backward is the Triton level's dP kernel and
+    linear_act's CUDA backward GEMMs)."""
     why = _gemm_call_problem(device_type, dtype, "the cuda level of gated_linear")
     if why:
         return why
@@ -392,8 +393,8 @@ def gated_linear_supports(forced: bool, device_type: str, device_index, dtype, g
     if why:
         return why
     if grad and not triton_importable():
-        return ("the cuda level's backward runs the Triton level's kernels (no CUDA backward GEMMs yet), and "
-                "triton is not installed")  # fmt: skip
+        return ("the cuda level's backward computes dP with the Triton level's elementwise kernel, and triton "
+                "is not installed")  # fmt: skip
     if not NATIVE.loaded:
         return NATIVE.error
     return NATIVE.device_problem(device_index) or _gemm_device_problem(device_index)
@@ -437,11 +438,13 @@ def gated_linear_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, sa
 
 
 def gated_linear_bwd(dh, x, w, pre, activation: str, need_dx: bool, need_dw: bool, need_db: bool):
-    """The Triton level's backward (dP elementwise, dx and dW on its tl.dot GEMM) from the P the cuda
-    forward saved in the same layout: the CUDA backward GEMMs (MN-major operands) are not here yet."""
-    from .triton.gated import gated_linear_bwd as triton_bwd
+    """dP = [dh up act'(gate) | dh act(gate)] [M, 2I] by the Triton level's elementwise kernel (from
+    the P the cuda forward saved, in the same layout), then linear_act's CUDA backward on it with
+    activation none: dx = dP W and dW = dP^T x as sm90 GEMMs reading W (the caller's [Wg; Wu], not
+    the interleaved copy), dP and x in place; dbias as deterministic fp32 column sums of dP."""
+    from .triton.gated import gated_pre_grad
 
-    return triton_bwd(dh, x, w, pre, activation, need_dx, need_dw, need_db)
+    return linear_act_bwd(gated_pre_grad(dh, pre, activation), x, w, None, "none", need_dx, need_dw, need_db)
 
 
 def gated_plan(m: int) -> str:
