@@ -5,7 +5,7 @@
 #
 #   OUT=/some/dir packages/kp-fused-mlp/tools/gpu_check_linear_train.sh [test] [sanitize] [bench] [sweep]
 #
-# Default: all four. About 10-15 minutes of an H200 (the sweep alone ~5; --quick halves bench).
+# Default: all four. About 15-20 minutes of an H200 (tests ~5, sanitize ~5, bench ~5, sweep ~3).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
 PKG=$ROOT/packages/kp-fused-mlp
@@ -21,9 +21,11 @@ $PY -c "import kp_fused_mlp, kp_fused_mlp._C as C; print('kp_fused_mlp', kp_fuse
   | tee "$OUT/env.txt" || { echo "kp_fused_mlp._C does not import: install the wheel first"; exit 2; }
 
 if want test; then
-  echo "== tests: test_linear_act.py (training path, forward, errors) and test_glu.py (glu.cu moved its activations)"
+  echo "== tests: test_linear_act.py (the training path, forward, errors), test_gated_mlp.py (gated_linear's"
+  echo "   cuda backward runs the training GEMMs), test_decode.py (grad calls leave the decode kernel)"
   (cd /tmp && $PY -m pytest -v -rfE -p no:cacheprovider -n ${KP_TEST_WORKERS:-8} \
-      "$PKG/tests/test_linear_act.py" "$PKG/tests/test_glu.py" --junitxml="$OUT/pytest.xml" \
+      "$PKG/tests/test_linear_act.py" "$PKG/tests/test_gated_mlp.py" "$PKG/tests/test_decode.py" \
+      --junitxml="$OUT/pytest.xml" \
       > "$OUT/pytest.txt" 2>&1) || rc=1
   tail -n 30 "$OUT/pytest.txt"
 fi
@@ -44,6 +46,9 @@ fi
 if want bench; then
   echo "== bench_linear.py: linear_train_* (fwd+bwd, 8192 tokens) vs torch eager and torch.compile; gemm; linear_act"
   $PY "$PKG/bench/bench_linear.py" ${KP_BENCH_ARGS:---quick} --out "$OUT/bench" --no-plot 2>&1 | tee "$OUT/bench.log" | tail -n 40
+  echo "== bench_gated_mlp.py gated_mlp_train (kp-cuda's backward now on the training GEMMs)"
+  $PY "$PKG/bench/bench_gated_mlp.py" --quick --filter gated_mlp_train --out "$OUT/bench-gated" --no-plot 2>&1 \
+    | tee "$OUT/bench-gated.log" | tail -n 20
 fi
 
 if want sweep; then
