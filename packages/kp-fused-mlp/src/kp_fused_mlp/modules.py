@@ -70,8 +70,10 @@ class GatedMLP(nn.Module):
             # At a few tokens the cuda level streams the down weight through linear_act too (its
             # decode kernel reads it at copy speed, where cuBLAS's GEMV does not); the module
             # stays an nn.Linear (state dict, Parameters), only its call is replaced. Past the
-            # cut (the gated GEMM's calls) the down projection stays cuBLAS's.
-            if linear.level(h, down.weight, down.bias, "auto")[0] == "cuda":
+            # cut (the gated GEMM's calls), and for calls that need gradients (linear_act's cuda
+            # level would run its GEMM, not the decode kernel), the down projection stays cuBLAS's.
+            down_level, grad, _ = linear.level(h, down.weight, down.bias, "auto")
+            if down_level == "cuda" and not grad:
                 return linear_act(h, down.weight, down.bias, backend="cuda")
         return down(h)
 
