@@ -130,32 +130,36 @@ ACT_CODES = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}  # kp::
 
 
 def linear_act_fwd(x: torch.Tensor, weight: torch.Tensor, bias, activation: str, config: int = -1,
-                   decode_splits: Optional[int] = None) -> torch.Tensor:  # fmt: skip
+                   decode_splits: Optional[int] = None, decode_row: Optional[str] = None) -> torch.Tensor:  # fmt: skip
     """x [M, K] (unit column stride), weight [N, K], bias [N] or None, all one 16-bit dtype;
     M, N, K > 0. Returns y [M, N], contiguous.
 
-    `config`: -1 gemm_plan's pick (the decode kernel for M <= DECODE_MAX_M), else the index of a
-    gemm_configs() name ("decode_gemv": the decode kernel at any M). `decode_splits`: the decode
-    kernel's K splits (None: its table's), for sweeps and tests."""
+    `config`: -1 gemm_plan's pick (the decode kernels where decode_serves_linear says so), else the
+    index of a gemm_configs() name ("decode_gemv": the decode kernels at any M). `decode_splits`:
+    the decode kernels' K splits (None: its table's); `decode_row`: a decode_configs() name (None:
+    the table's by M; forcing one implies the decode config), for sweeps and tests."""
     (m, k), n = x.shape, weight.shape[0]
     x, weight = _tma_ready(x), _tma_ready(weight)
     if bias is not None:
         bias = _tma_ready(bias.view(1, n)).view(n)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     index = x.device.index
-    decode = config == decode_config() or (config == -1 and m <= DECODE_MAX_M)
-    ws, splits = _decode_workspace(m, n, k, False, x, decode_splits) if decode else (None, 0)
+    if decode_row is not None and config == -1:
+        config = decode_config()
+    decode = config == decode_config() or (config == -1 and decode_serves_linear(m, n, k))
+    row = _decode_row_index(decode_row)
+    ws, splits = _decode_workspace(m, n, k, False, x, decode_splits, row) if decode else (None, 0)
     NATIVE.module.linear_act(
         x.data_ptr(), x.stride(0) if m > 1 else k, weight.data_ptr(), weight.stride(0) if n > 1 else k,
         0 if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, dtypes.code(x.dtype),
-        ACT_CODES[activation], config, index, current_stream(index), 0 if ws is None else ws.data_ptr(), splits,
+        ACT_CODES[activation], config, index, current_stream(index), 0 if ws is None else ws.data_ptr(), splits, row,
     )  # fmt: skip
     return y
 
 
 def gemm_plan(m: int, n: int, k: int) -> str:
     """The name of the config a call of this shape gets: a GEMM table row (csrc/gemm_table.h), or
-    "decode_gemv" (csrc/decode_table.h) for M <= DECODE_MAX_M."""
+    "decode_gemv" (csrc/decode_table.h) where decode_serves_linear(m, n, k)."""
     return NATIVE.module.gemm_configs()[NATIVE.module.gemm_plan(m, n, k)]
 
 
@@ -164,7 +168,30 @@ def gemm_plan(m: int, n: int, k: int) -> str:
 # the weight once (mma.sync over weight rows; sm80+), K split where the row blocks leave SMs idle.
 
 DECODE_MAX_M = NATIVE.module.decode_max_m() if NATIVE.loaded else 0
-"""The most rows (tokens) the decode kernel serves by default (the cut in csrc/decode_table.h)."""
+"""The most rows (tokens) the decode kernels serve by default (gated_linear's cuda level; linear_act's
+cut is decode_serves_linear, by shape)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def decode_serves_linear(m: int, n: int, k: int) -> bool:
+    """Whether linear_act's cuda level runs [m, k] x [n, k]^T on the decode kernels rather than the
+    GEMM (csrc/decode_table.h's DecodeCut: up to 16 tokens where N <= K, 8 where N > K)."""
+    return NATIVE.loaded and NATIVE.module.decode_serves_linear(m, n, k)
+
+
+@functools.lru_cache(maxsize=None)
+def decode_configs() -> tuple:
+    """The decode table's row names (csrc/decode_table.h), in table order."""
+    return tuple(NATIVE.module.decode_configs())
+
+
+def _decode_row_index(name: Optional[str]) -> int:
+    """-1 for None (the table's row by M), else the index of decode_configs() name `name`."""
+    if name is None:
+        return -1
+    if name not in decode_configs():
+        raise ValueError(f"decode_row must be one of {', '.join(decode_configs())} or None, got {name!r}")
+    return decode_configs().index(name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -174,24 +201,27 @@ def decode_config() -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(m: int, n_out: int, k: int, gated: bool, dtype_code: int, splits: int, index: int) -> dict:
-    return NATIVE.module.decode_plan(m, n_out, k, gated, dtype_code, splits, index)
+def _plan(m: int, n_out: int, k: int, gated: bool, dtype_code: int, splits: int, index: int, row: int = -1) -> dict:
+    return NATIVE.module.decode_plan(m, n_out, k, gated, dtype_code, splits, index, row)
 
 
 def decode_plan(m: int, n_out: int, k: int, *, gated: bool = False, dtype=torch.bfloat16, splits: int = 0,
-                device=None) -> dict:  # fmt: skip
-    """The decode kernel's plan of a call (row, splits, split_steps, grid, ctas_per_sm,
-    workspace_bytes). n_out: N (gated: I); splits > 0: forced, as `decode_splits` does."""
+                row: Optional[str] = None, device=None) -> dict:  # fmt: skip
+    """The decode kernels' plan of a call (row, splits, split_steps, grid, ctas_per_sm,
+    workspace_bytes). n_out: N (gated: I); splits > 0: forced, as `decode_splits` does; row: a
+    decode_configs() name, forced, as `decode_row` does."""
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
-    return dict(_plan(int(m), int(n_out), int(k), bool(gated), dtypes.code(dtype), int(splits), index))
+    return dict(_plan(int(m), int(n_out), int(k), bool(gated), dtypes.code(dtype), int(splits), index,
+                      _decode_row_index(row)))  # fmt: skip
 
 
-def _decode_workspace(m: int, n_out: int, k: int, gated: bool, x: torch.Tensor, splits: Optional[int]):
+def _decode_workspace(m: int, n_out: int, k: int, gated: bool, x: torch.Tensor, splits: Optional[int],
+                      row: int = -1):  # fmt: skip
     """(fp32 workspace or None, K splits) of a decode call: the plan's, or `splits` forced."""
     if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool) or splits < 1):
         raise ValueError(f"decode_splits must be a positive int or None, got {splits!r}")
-    plan = _plan(m, n_out, k, gated, dtypes.code(x.dtype), splits or 0, x.device.index)
+    plan = _plan(m, n_out, k, gated, dtypes.code(x.dtype), splits or 0, x.device.index, row)
     if plan["splits"] == 1:
         return None, 1
     return torch.empty(plan["workspace_bytes"] // 4, dtype=torch.float32, device=x.device), plan["splits"]
@@ -217,10 +247,12 @@ def gated_linear_supports(forced: bool, device_type: str, device_index, dtype, g
 
 
 def gated_linear_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, save_pre: bool,
-                     decode_splits: Optional[int] = None):  # fmt: skip
-    """The decode kernel: x [M, H] (unit column stride), w [2I, H], bias [2I] or None, one 16-bit
-    dtype; M, I, H > 0. Returns (h [M, I] contiguous, None). Any M runs (32-token chunks past
-    DECODE_MAX_M, each streaming the weight again: supports() keeps auto's calls at the cut)."""
+                     decode_splits: Optional[int] = None, decode_row: Optional[str] = None):  # fmt: skip
+    """The decode kernels: x [M, H] (unit column stride), w [2I, H], bias [2I] or None, one 16-bit
+    dtype; M, I, H > 0. Returns (h [M, I] contiguous, None). Any M runs (token chunks past
+    DECODE_MAX_M, each streaming the weight again: supports() keeps auto's calls at the cut).
+    `decode_splits`, `decode_row`: as linear_act_fwd's. (With a CUDA gated GEMM, the calls where
+    decode_serves_linear(m, 2I, H) is false belong to it, as linear_act's do to its GEMM.)"""
     if save_pre:
         raise ValueError("kp_fused_mlp: the cuda level of gated_linear has no backward (save_pre=True)")
     (m, k), inter = x.shape, w.shape[0] // 2
@@ -228,11 +260,12 @@ def gated_linear_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, sa
     if bias is not None:
         bias = bias.contiguous()
     h = torch.empty((m, inter), dtype=x.dtype, device=x.device)
-    ws, splits = _decode_workspace(m, inter, k, True, x, decode_splits)
+    row = _decode_row_index(decode_row)
+    ws, splits = _decode_workspace(m, inter, k, True, x, decode_splits, row)
     index = x.device.index
     NATIVE.module.gated_decode(
         x.data_ptr(), x.stride(0) if m > 1 else k, w.data_ptr(), w.stride(0), 0 if bias is None else bias.data_ptr(),
         h.data_ptr(), m, inter, k, dtypes.code(x.dtype), ACT_CODES[activation], 0 if ws is None else ws.data_ptr(),
-        splits, index, current_stream(index),
+        splits, index, current_stream(index), row,
     )  # fmt: skip
     return h, None
