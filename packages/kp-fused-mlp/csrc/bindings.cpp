@@ -97,6 +97,15 @@ PYBIND11_MODULE(_C, m) {
       "splits > 0 forces that many, row >= 0 that table row");
   m.def("decode_serves_linear", &kp_fused_mlp::decode_serves, py::arg("m"), py::arg("n"), py::arg("k"),
         "whether linear_act's plan runs a call of this shape on the decode kernels (else the GEMM)");
+  m.def(
+      "decode_cuts",
+      [] {
+        py::list out;
+        for (const auto& c : kp_fused_mlp::DecodeCutTable::rows) out.append(py::make_tuple(c.max_n_per_k_pct, c.max_m));
+        return out;
+      },
+      "decode_table.h's DecodeCut rows, (max_n_per_k_pct, max_m): the first with 100 N / K <= max_n_per_k_pct "
+      "gives the most tokens linear_act runs on the decode kernels");
   m.def("decode_configs", &kp_fused_mlp::decode_row_names, "the rows of the decode table (csrc/decode_table.h)");
   m.def("decode_max_m", &kp_fused_mlp::decode_max_m, "the most tokens the decode kernel takes by default");
   m.def("decode_device_problem", &kp_fused_mlp::decode_device_problem, py::arg("device"),

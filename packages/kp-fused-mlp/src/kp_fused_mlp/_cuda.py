@@ -172,11 +172,18 @@ DECODE_MAX_M = NATIVE.module.decode_max_m() if NATIVE.loaded else 0
 cut is decode_serves_linear, by shape)."""
 
 
-@functools.lru_cache(maxsize=4096)
+_DECODE_CUTS = tuple(NATIVE.module.decode_cuts()) if NATIVE.loaded else ()
+
+
 def decode_serves_linear(m: int, n: int, k: int) -> bool:
     """Whether linear_act's cuda level runs [m, k] x [n, k]^T on the decode kernels rather than the
-    GEMM (csrc/decode_table.h's DecodeCut: up to 16 tokens where N <= K, 8 where N > K)."""
-    return NATIVE.loaded and NATIVE.module.decode_serves_linear(m, n, k)
+    GEMM (csrc/decode_table.h's DecodeCut: up to 16 tokens where N <= K, 8 where N > K). The native
+    rule (gemm_plan's) in plain Python, so that torch.compile traces it; tests/test_decode.py checks
+    that both agree."""
+    for max_n_per_k_pct, max_m in _DECODE_CUTS:
+        if n * 100 <= max_n_per_k_pct * k:
+            return m <= max_m
+    return False
 
 
 @functools.lru_cache(maxsize=None)
