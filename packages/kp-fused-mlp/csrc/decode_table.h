@@ -32,9 +32,14 @@
 //   stages    fma: 256-column steps of `rows` rows (512 B a row) in each warp's register ring
 //             (4 x stages x rows registers: 64 for 4 x 4, 8 KB a warp); mma: k-steps of weights (32
 //             columns x 32 rows, 2 KB a warp, 16 B a thread and row): ring registers 16 x stages.
-//             m8: 8 stages = 128 + 8 accumulators; m32: 4 = 64 + 32.
-//             ptxas (sm_90a): 168-198 registers, no spills: 2 CTAs (8 warps) an SM, 128 / 96 /
-//             64 KB issued per SM (m8 / m16 / m32), 2-4x the ~30 KB; one CTA alone: half.
+//             m8: 8 stages = 128 + 8 accumulators; m16: 7 = 112 + 16; m32: 5 = 80 + 32.
+//             ptxas (sm_90a): 170-192 registers, no spills: 2 CTAs (8 warps) an SM, 128 / 112 /
+//             80 KB issued per SM (m8 / m16 / m32), 2.5-4x the ~30 KB; one CTA alone: half.
+//             Deeper rings: the H200 microbenchmark's 8-stage m16 (255 registers, 24 B spilled)
+//             ran 16 x 4096 -> 14336 in 39.1 us vs 43.2 at 6 (clean flush), so m16 went 6 -> 7
+//             and m32 4 -> 5, the most that ptxas fits without a spill (m16 at 8: 16 B spilled,
+//             m32 at 6: 788 B; m16 7: 186 / 174 gated registers, m32 5: 192 / 174; m32 at 4
+//             stages took 198). Not measured yet at 7 / 5: the sweep's --rows compares.
 //   rows      fma: weight rows a warp (gated: rows / 2 gate rows and their up rows); mma: 32.
 //   fill      CTAs per SM the split rule aims for: an mma row block is 128 weight rows, so
 //             N = 4096 gives 32 CTAs; 132 SMs want several K splits. An fma CTA is 16 rows.
@@ -75,8 +80,8 @@ struct DecodeTable {
       {"decode_fma_m1",   K::kFma,     1,      1,      4,    4,    4,               8,     4},
       {"decode_fma_m2",   K::kFma,     2,      2,      4,    4,    4,               8,     4},
       {"decode_m8",       K::kMma,     8,      1,      8,   32,    2,              16,     4},
-      {"decode_m16",      K::kMma,    16,      2,      6,   32,    2,              12,     4},
-      {"decode_m32",      K::kMma,    32,      4,      4,   32,    2,               8,     4},
+      {"decode_m16",      K::kMma,    16,      2,      7,   32,    2,              14,     4},
+      {"decode_m32",      K::kMma,    32,      4,      5,   32,    2,              10,     4},
   };
   static constexpr int size = sizeof(rows) / sizeof(rows[0]);
   // The most tokens a row serves by default: gated_linear's cuda level takes calls up to it (no
