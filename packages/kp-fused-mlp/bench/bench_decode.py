@@ -3,11 +3,13 @@ to read its weight once. Every row reports GB/s against the copy bandwidth measu
 
     python packages/kp-fused-mlp/bench/bench_decode.py [--quick] [--filter SUBSTR] [--out DIR] [--no-plot]
 
-Cases (bf16), at 1, 16, 32 and 64 tokens:
+Cases (bf16), at 1, 2, 8, 16, 32 and 64 tokens:
 - `decode_linear`: x [tokens, K] @ W^T, no bias or activation, for Llama-3-8B's up and down
   projections (4096 -> 14336, 14336 -> 4096) and a larger model's (8192 -> 28672, 28672 -> 8192).
-  Impls: kp-cuda (linear_act's cuda level: the decode kernel up to 32 tokens, the GEMM above),
-  kp-cuda-decode (the decode kernel forced, also at 64 tokens: where the cut should be),
+  Impls: kp-cuda (linear_act's cuda level: the decode kernels up to the cut of
+  csrc/decode_table.h, 8 or 16 tokens by shape, the GEMM above), kp-cuda-decode (the decode
+  kernels forced, also at 64 tokens: where the cut should be), kp-cuda-mma8 (the decode_m8 mma
+  row forced at <= 8 tokens: what the fma rows at 1-2 tokens replace),
   kp-cuda-gemm (kp's GEMM forced: its pingpong 64 x 128 row, what decode ran on before), torch
   (F.linear: cuBLAS) and torch.compile of it.
 - `decode_gated_mlp`: the whole block down(silu(gate(x)) * up(x)) at (4096, 14336) and (8192,
@@ -33,7 +35,7 @@ from kp_fused_mlp import _cuda  # noqa: E402
 DTYPE, BF16 = torch.bfloat16, 2  # bytes per element
 LINEAR = [(4096, 14336), (14336, 4096), (8192, 28672), (28672, 8192)]  # (K, N)
 MLP = [(4096, 14336), (8192, 28672)]  # (hidden, intermediate)
-TOKENS = (1, 16, 32, 64)
+TOKENS = (1, 2, 8, 16, 32, 64)
 QUICK = {"linear": [(4096, 14336), (14336, 4096)], "mlp": [(4096, 14336)], "tokens": (1, 16)}
 CPU = {"linear": [(64, 96)], "mlp": [(64, 96)], "tokens": (1,)}  # the no-GPU smoke run only
 
@@ -55,10 +57,10 @@ def _compiled_linear():
     return torch.compile(F.linear, dynamic=False)
 
 
-def _forced(config):
-    """linear_act's cuda level with a config forced (its index in gemm_configs())."""
+def _forced(config, row=None):
+    """linear_act's cuda level with a config forced (its index in gemm_configs()), and a decode row."""
     def run(x, w):
-        return _cuda.linear_act_fwd(x, w, None, "none", config=config)
+        return _cuda.linear_act_fwd(x, w, None, "none", config=config, decode_row=row)
     return run
 
 
@@ -76,6 +78,7 @@ def _linear_cases(shapes, tokens, device):
                 make_inputs=make, flops=2 * t * n * k, bytes=(n * k + t * (k + n)) * BF16, ceiling="copy",
                 host_timing=True, sweep="tokens",
                 impls={"kp-cuda": lambda x, w: kp_fused_mlp.linear_act(x, w, backend="cuda"), **forced,
+                       **({"kp-cuda-mma8": _forced(_cuda.decode_config(), "decode_m8")} if forced and t <= 8 else {}),
                        "torch": lambda x, w: F.linear(x, w),
                        "torch.compile": lambda x, w: _compiled_linear()(x, w)})
 

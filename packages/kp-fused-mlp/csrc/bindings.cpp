@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "decode_gemv.cuh"
+#include "decode_table.h"
 #include "gated.cuh"
 #include "glu.cuh"
 #include "kp/py_module.h"
@@ -53,34 +54,37 @@ PYBIND11_MODULE(_C, m) {
       "linear_act",
       [](uintptr_t x, int64_t x_stride, uintptr_t w, int64_t w_stride, uintptr_t bias, uintptr_t y, int64_t m_,
          int64_t n, int64_t k, int dtype, int act, int config, int device, uintptr_t stream, uintptr_t ws,
-         int splits) {
+         int splits, int decode_row) {
         kp_fused_mlp::LinearActArgs a{py_ptr(x), x_stride, py_ptr(w), w_stride, py_ptr(bias), py_ptr<void*>(y),
-                                      m_, n, k, dtype, act, py_ptr<float*>(ws), splits};
+                                      m_, n, k, dtype, act, py_ptr<float*>(ws), splits, decode_row};
         kp_fused_mlp::linear_act(a, config, device, py_stream(stream));
       },
       py::arg("x"), py::arg("x_stride"), py::arg("w"), py::arg("w_stride"), py::arg("bias"), py::arg("y"),
       py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"), py::arg("act"), py::arg("config"),
-      py::arg("device"), py::arg("stream"), py::arg("ws") = 0, py::arg("splits") = 0,
+      py::arg("device"), py::arg("stream"), py::arg("ws") = 0, py::arg("splits") = 0, py::arg("decode_row") = -1,
       "y[m, n] = act(x[m, k] @ w[n, k]^T + bias[n]) (bias 0: none; act: kp::gemm::Act code; config: a GEMM "
       "table row or the decode config, -1: gemm_plan's pick); y contiguous. The decode config's K splits: "
-      "splits (0: its table's), with an fp32 workspace ws of decode_plan's bytes when they are > 1");
+      "splits (0: its table's), with an fp32 workspace ws of decode_plan's bytes when they are > 1; its "
+      "table row: decode_row (-1: by M)");
   m.def(
       "gated_decode",
       [](uintptr_t x, int64_t x_stride, uintptr_t w, int64_t w_stride, uintptr_t bias, uintptr_t y, int64_t m_,
-         int64_t inter, int64_t k, int dtype, int act, uintptr_t ws, int splits, int device, uintptr_t stream) {
+         int64_t inter, int64_t k, int dtype, int act, uintptr_t ws, int splits, int device, uintptr_t stream,
+         int decode_row) {
         kp_fused_mlp::DecodeArgs a{py_ptr(x), x_stride, py_ptr(w), w_stride, py_ptr(bias), py_ptr<void*>(y),
                                    py_ptr<float*>(ws), m_, inter, k, dtype, act, true};
-        kp_fused_mlp::decode_gemv(a, splits, device, py_stream(stream));
+        kp_fused_mlp::decode_gemv(a, splits, decode_row, device, py_stream(stream));
       },
       py::arg("x"), py::arg("x_stride"), py::arg("w"), py::arg("w_stride"), py::arg("bias"), py::arg("y"),
       py::arg("m"), py::arg("inter"), py::arg("k"), py::arg("dtype"), py::arg("act"), py::arg("ws"),
-      py::arg("splits"), py::arg("device"), py::arg("stream"),
+      py::arg("splits"), py::arg("device"), py::arg("stream"), py::arg("decode_row") = -1,
       "y[m, inter] = act(x Wg^T + bg) * (x Wu^T + bu) with w = [Wg; Wu] [2 inter, k], bias [2 inter] or 0 "
-      "(act: silu or gelu_tanh); the decode kernel (splits 0: its table's; ws as for linear_act)");
+      "(act: silu or gelu_tanh); the decode kernel (splits 0: its table's; ws as for linear_act; decode_row "
+      "-1: by M)");
   m.def(
       "decode_plan",
-      [](int64_t m_, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int device) {
-        const auto p = kp_fused_mlp::decode_plan(m_, n_out, k, gated, dtype, splits, device);
+      [](int64_t m_, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int device, int row) {
+        const auto p = kp_fused_mlp::decode_plan(m_, n_out, k, gated, dtype, splits, row, device);
         py::dict d;
         d["row"] = kp_fused_mlp::decode_row_names()[p.row];
         d["splits"] = p.splits;
@@ -91,9 +95,20 @@ PYBIND11_MODULE(_C, m) {
         return d;
       },
       py::arg("m"), py::arg("n_out"), py::arg("k"), py::arg("gated"), py::arg("dtype"), py::arg("splits"),
-      py::arg("device"),
+      py::arg("device"), py::arg("row") = -1,
       "the decode kernel's plan of a call (row, splits, split_steps, grid, ctas_per_sm, workspace_bytes); "
-      "splits > 0 forces that many");
+      "splits > 0 forces that many, row >= 0 that table row");
+  m.def("decode_serves_linear", &kp_fused_mlp::decode_serves, py::arg("m"), py::arg("n"), py::arg("k"),
+        "whether linear_act's plan runs a call of this shape on the decode kernels (else the GEMM)");
+  m.def(
+      "decode_cuts",
+      [] {
+        py::list out;
+        for (const auto& c : kp_fused_mlp::DecodeCutTable::rows) out.append(py::make_tuple(c.max_n_per_k_pct, c.max_m));
+        return out;
+      },
+      "decode_table.h's DecodeCut rows, (max_n_per_k_pct, max_m): the first with 100 N / K <= max_n_per_k_pct "
+      "gives the most tokens linear_act runs on the decode kernels");
   m.def("decode_configs", &kp_fused_mlp::decode_row_names, "the rows of the decode table (csrc/decode_table.h)");
   m.def("decode_max_m", &kp_fused_mlp::decode_max_m, "the most tokens the decode kernel takes by default");
   m.def("decode_device_problem", &kp_fused_mlp::decode_device_problem, py::arg("device"),

@@ -22,8 +22,15 @@
 // hides under the previous one's tail; each waits (griddepcontrol.wait) before its first global
 // access, so the overlap never reads what the previous kernel is still writing.
 //
-// Instantiations, listed on purpose: 3 table rows x 2 dtypes x {linear, gated} main kernels, and
-// 2 dtypes x {linear, gated} reduce kernels: 16 kernels.
+// The fma rows (decode_fma_kernel, M <= 2): the same weight stream on the CUDA cores, where the
+// MMA's 8-token tile is mostly padding. A warp owns `rows` whole weight rows; lane l reads the
+// 16-byte packet at column 8 l + 256 s of each row at step s, so one instruction covers 512
+// contiguous bytes of a row (vs 64 for the mma fragments) and no lane shares a packet. Products
+// in fp32 FMAs, each lane's partial sums added over the warp by a fixed xor-shuffle tree at the
+// end (deterministic), the same splits, reduce and epilogue as the mma rows.
+//
+// Instantiations, listed on purpose: 5 table rows x 2 dtypes x {linear, gated} main kernels, and
+// 2 dtypes x {linear, gated} reduce kernels: 24 kernels.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -45,7 +52,8 @@ using kp::gemm::Act;
 
 constexpr int kWarps = DecodeTable::kWarps;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kStepK = 32;  // columns of k a warp step covers: 4 threads x 8 elements a row
+constexpr int kStepK = 32;      // mma: columns of k a warp step covers: 4 threads x 8 elements a row
+constexpr int kFmaStepK = 256;  // fma: 32 lanes x 8 elements of each row
 constexpr int kReduceThreads = 256;
 
 struct Params {
@@ -117,6 +125,21 @@ template <typename T>
 __device__ __forceinline__ void mma_step(float (&c)[4], const uint4& lo, const uint4& hi, const uint4& xv) {
   mma16816<T>(c, lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);
   mma16816<T>(c, lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);
+}
+
+// The epilogue of one output element (every kernel's): act(a + bias[col]), or gated act(a +
+// bias[col]) * (u + bias[I + col]); bias, activation and product in fp32, rounded once.
+template <typename T, bool GATED>
+__device__ __forceinline__ void store_out(const Params& p, int64_t tok, int64_t col, float a, float u) {
+  const T* bias = static_cast<const T*>(p.bias);
+  const Act act = static_cast<Act>(p.act);
+  float out;
+  if constexpr (GATED)
+    out = kp::gemm::apply_act(act, a + (bias ? kp::to_f(bias[col]) : 0.f)) *
+          (u + (bias ? kp::to_f(bias[p.n_out + col]) : 0.f));
+  else
+    out = kp::gemm::apply_act(act, a + (bias ? kp::to_f(bias[col]) : 0.f));
+  static_cast<T*>(p.y)[tok * p.n_out + col] = kp::from_f<T>(out);
 }
 
 // ---- the main kernel -----------------------------------------------------------------------------
@@ -211,14 +234,6 @@ __global__ void __launch_bounds__(kThreads) decode_gemv_kernel(const Params p) {
       }
     return;
   }
-  const T* bias = static_cast<const T*>(p.bias);
-  const Act act = static_cast<Act>(p.act);
-  T* y = static_cast<T*>(p.y);
-  float b[2][2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) b[r][h] = bias && wv[r][h] ? kp::to_f(bias[row_of(r, h)]) : 0.f;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -227,15 +242,134 @@ __global__ void __launch_bounds__(kThreads) decode_gemv_kernel(const Params p) {
       const int h = i >> 1;
       if (tok >= p.m) continue;
       if constexpr (GATED) {
-        if (wv[0][h])
-          y[tok * p.n_out + col_of(0, h)] = kp::from_f<T>(kp::gemm::apply_act(act, acc[0][mt][i] + b[0][h]) *
-                                                          (acc[1][mt][i] + b[1][h]));
+        if (wv[0][h]) store_out<T, true>(p, tok, col_of(0, h), acc[0][mt][i], acc[1][mt][i]);
       } else {
 #pragma unroll
         for (int r = 0; r < 2; ++r)
-          if (wv[r][h]) y[tok * p.n_out + col_of(r, h)] = kp::from_f<T>(kp::gemm::apply_act(act, acc[r][mt][i] + b[r][h]));
+          if (wv[r][h]) store_out<T, false>(p, tok, col_of(r, h), acc[r][mt][i], 0.f);
       }
     }
+}
+
+// ---- the fma kernel ------------------------------------------------------------------------------
+
+// Two bf16 or fp16 values of a 32-bit word (element 2j: the low half) as fp32. bf16: the bits
+// shifted into a float's top half (one integer op, no conversion instruction).
+template <typename T>
+__device__ __forceinline__ void unpack2(uint32_t v, float& lo, float& hi) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    lo = __uint_as_float(v << 16);
+    hi = __uint_as_float(v & 0xffff0000u);
+  } else {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&v));
+    lo = f.x;
+    hi = f.y;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void unpack8(const uint4& q, float (&f)[8]) {
+  unpack2<T>(q.x, f[0], f[1]);
+  unpack2<T>(q.y, f[2], f[3]);
+  unpack2<T>(q.z, f[4], f[5]);
+  unpack2<T>(q.w, f[6], f[7]);
+}
+
+// Grid: x = blocks of kWarps warps (a warp: R weight rows; gated: R / 2 output columns, their gate
+// rows and the up rows I below them), y = K splits, z = MM-token chunks of x. 128 registers at
+// most (4 CTAs, 16 warps an SM: decode_table.h says why).
+template <typename T, int MM, int U, int R, bool GATED>
+__global__ void __launch_bounds__(kThreads, 4) decode_fma_kernel(const Params p) {
+  static_assert(!GATED || R % 2 == 0, "gated: a warp's rows are gate / up pairs");
+  kp::wait_prior_grid();  // as decode_gemv_kernel: nothing global before the wait
+  kp::allow_dependents();
+  constexpr int C = GATED ? R / 2 : R;  // output columns a warp
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * C;
+  auto col_of = [&](int r) { return col0 + r % C; };
+  auto row_of = [&](int r) { return col_of(r) + (r >= C ? p.n_out : 0); };
+
+  const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.split_steps * kFmaStepK;
+  const int klen = static_cast<int>(std::min<int64_t>(p.k - k_begin, static_cast<int64_t>(p.split_steps) * kFmaStepK));
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.z) * MM;
+
+  const T* wp[R];
+  bool wv[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    wv[r] = col_of(r) < p.n_out;
+    wp[r] = static_cast<const T*>(p.w) + (wv[r] ? row_of(r) * p.w_stride : 0) + k_begin + 8 * lane;
+  }
+  const T* xp[MM];
+  bool xv[MM];
+#pragma unroll
+  for (int j = 0; j < MM; ++j) {
+    xv[j] = tok0 + j < p.m;
+    xp[j] = static_cast<const T*>(p.x) + (xv[j] ? (tok0 + j) * p.x_stride : 0) + k_begin + 8 * lane;
+  }
+  const uint64_t pol = evict_first_policy();
+
+  uint4 ring[U][R];
+  auto refill = [&](uint4 (&slot)[R], int step) {
+    const bool kin = step * kFmaStepK + 8 * lane < klen;
+#pragma unroll
+    for (int r = 0; r < R; ++r) slot[r] = ld_weight(wp[r] + step * kFmaStepK, wv[r] && kin, pol);
+  };
+#pragma unroll
+  for (int u = 0; u < U; ++u) refill(ring[u], u);
+
+  float acc[R][MM];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int j = 0; j < MM; ++j) acc[r][j] = 0.f;
+
+  const int steps = (klen + kFmaStepK - 1) / kFmaStepK;
+  for (int s0 = 0; s0 < steps; s0 += U) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int step = s0 + u;
+      const bool kin = step * kFmaStepK + 8 * lane < klen;
+      float xf[MM][8];
+#pragma unroll
+      for (int j = 0; j < MM; ++j) unpack8<T>(ld_x(xp[j] + step * kFmaStepK, xv[j] && kin), xf[j]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        float wf[8];
+        unpack8<T>(ring[u][r], wf);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+#pragma unroll
+          for (int j = 0; j < MM; ++j) acc[r][j] = fmaf(wf[e], xf[j][e], acc[r][j]);
+      }
+      refill(ring[u], step + U);  // steps past the split load nothing (zeros)
+    }
+  }
+
+  // The lanes' partial sums over the warp: a fixed xor tree, so every lane holds the same total.
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int j = 0; j < MM; ++j)
+#pragma unroll
+      for (int o = 16; o; o >>= 1) acc[r][j] += __shfl_xor_sync(0xffffffffu, acc[r][j], o);
+
+  // Lane (r MM + j) % 32 stores (row r, token j): the stores spread over the warp.
+  if (p.splits > 1) {
+    float* ws = p.ws + static_cast<int64_t>(blockIdx.y) * p.m * p.rows;
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int j = 0; j < MM; ++j)
+        if (lane == (r * MM + j) % 32 && wv[r] && xv[j]) ws[(tok0 + j) * p.rows + row_of(r)] = acc[r][j];
+    return;
+  }
+#pragma unroll
+  for (int c = 0; c < C; ++c)
+#pragma unroll
+    for (int j = 0; j < MM; ++j)
+      if (lane == (c * MM + j) % 32 && wv[c] && xv[j])
+        store_out<T, GATED>(p, tok0 + j, col_of(c), acc[c][j], GATED ? acc[c + C][j] : 0.f);
 }
 
 // ---- the split reduction -------------------------------------------------------------------------
@@ -255,28 +389,24 @@ __global__ void __launch_bounds__(kReduceThreads) decode_reduce_kernel(const Par
     a += ws[s * split_stride];
     if constexpr (GATED) u += ws[s * split_stride + p.n_out];
   }
-  const T* bias = static_cast<const T*>(p.bias);
-  const Act act = static_cast<Act>(p.act);
-  float out;
-  if constexpr (GATED)
-    out = kp::gemm::apply_act(act, a + (bias ? kp::to_f(bias[col]) : 0.f)) *
-          (u + (bias ? kp::to_f(bias[p.n_out + col]) : 0.f));
-  else
-    out = kp::gemm::apply_act(act, a + (bias ? kp::to_f(bias[col]) : 0.f));
-  static_cast<T*>(p.y)[i] = kp::from_f<T>(out);
+  store_out<T, GATED>(p, tok, col, a, u);
 }
 
 // ---- host: the instantiations, plans, launches ---------------------------------------------------
 
 template <typename T, int Row, bool GATED>
 constexpr auto main_kernel() {
-  return decode_gemv_kernel<T, DecodeRowT<Row>::m_tiles, DecodeRowT<Row>::stages, GATED>;
+  using R = DecodeRowT<Row>;
+  if constexpr (R::kind == DecodeKind::kFma)
+    return decode_fma_kernel<T, R::tokens, R::stages, R::rows, GATED>;
+  else
+    return decode_gemv_kernel<T, R::tokens, R::stages, GATED>;
 }
 
 // f(kernel) for the (dtype, row, gated) instantiation: the one place they are chosen.
 template <typename F>
 void with_main_kernel(int dtype, int row, bool gated, F&& f) {
-  static_assert(DecodeTable::size == 3, "a new decode row needs a case here");
+  static_assert(DecodeTable::size == 5, "a new decode row needs a case here");
   auto pick = [&](auto t) {
     using T = decltype(t);
     auto by_row = [&](auto gt) {
@@ -284,7 +414,9 @@ void with_main_kernel(int dtype, int row, bool gated, F&& f) {
       switch (row) {
         case 0: return f(main_kernel<T, 0, G>());
         case 1: return f(main_kernel<T, 1, G>());
-        default: return f(main_kernel<T, 2, G>());
+        case 2: return f(main_kernel<T, 2, G>());
+        case 3: return f(main_kernel<T, 3, G>());
+        default: return f(main_kernel<T, 4, G>());
       }
     };
     if (gated) return by_row(std::true_type{});
@@ -294,16 +426,21 @@ void with_main_kernel(int dtype, int row, bool gated, F&& f) {
   return pick(__half{});
 }
 
-int64_t rows_per_block(bool gated) { return gated ? 16 * kWarps : 32 * kWarps; }  // output columns
+bool is_fma(const DecodeRow& row) { return row.kind == DecodeKind::kFma; }
+// Columns of k a step covers, output columns a CTA covers, tokens a CTA covers (grid z's unit).
+int64_t step_k(const DecodeRow& row) { return is_fma(row) ? kFmaStepK : kStepK; }
+int64_t cols_per_block(const DecodeRow& row, bool gated) { return kWarps * (gated ? row.rows / 2 : row.rows); }
+int64_t tokens_per_chunk(const DecodeRow& row) { return is_fma(row) ? row.tokens : 8 * row.tokens; }
 
-DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int device) {
+DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int row_index,
+                     int device) {
   DecodePlan pl{};
-  pl.row = pick_decode_row(m);
+  pl.row = row_index >= 0 ? row_index : pick_decode_row(m);
   const DecodeRow& row = DecodeTable::rows[pl.row];
-  const int64_t ksteps = kp::cdiv(k, kStepK);
-  const int64_t blocks = kp::cdiv(n_out, rows_per_block(gated));
-  const int64_t chunks = kp::cdiv(m, 8 * row.m_tiles);
-  const int64_t ctas = blocks * chunks;
+  const int64_t ksteps = kp::cdiv(k, step_k(row));
+  const int64_t blocks = kp::cdiv(n_out, cols_per_block(row, gated));
+  const int64_t chunks = kp::cdiv(m, tokens_per_chunk(row));
+  const int64_t ctas = std::max<int64_t>(1, blocks * chunks);
   const kp::DeviceInfo& info = kp::device_info(device);
   with_main_kernel(dtype, pl.row, gated, [&](auto kernel) {
     kp::DeviceGuard guard(device);
@@ -314,7 +451,7 @@ DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype,
     const int64_t fill = kp::cdiv(static_cast<int64_t>(row.fill) * info.sms, ctas);
     const int64_t one_wave = std::max<int64_t>(1, static_cast<int64_t>(pl.ctas_per_sm) * info.sms / ctas);
     const int64_t by_steps = std::max<int64_t>(1, ksteps / row.min_split_steps);
-    const int64_t by_ws = std::max<int64_t>(1, row.ws_pct * k / (400 * m));
+    const int64_t by_ws = std::max<int64_t>(1, row.ws_pct * k / (400 * std::max<int64_t>(1, m)));
     s = std::min({fill, one_wave, by_steps, by_ws, static_cast<int64_t>(DecodeTable::kMaxSplits)});
   }
   s = std::max<int64_t>(1, std::min(s, ksteps));
@@ -322,11 +459,11 @@ DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype,
   pl.splits = static_cast<int>(kp::cdiv(ksteps, pl.split_steps));  // no empty split
   pl.grid_x = static_cast<int>(blocks);
   pl.grid_y = pl.splits;
-  pl.grid_z = static_cast<int>(chunks);
+  pl.grid_z = static_cast<int>(std::min<int64_t>(chunks, INT32_MAX));
   return pl;
 }
 
-void check(const DecodeArgs& a, int splits) {
+void check(const DecodeArgs& a, int splits, int row) {
   KP_CHECK_ARG(a.dtype == kp::kF16 || a.dtype == kp::kBF16,
                std::string("decode: float16 or bfloat16, got ") + kp::dtype_name(a.dtype));
   KP_CHECK_ARG(a.act >= 0 && a.act < kp::gemm::kNumActs, "decode: unknown activation code " + std::to_string(a.act));
@@ -334,13 +471,14 @@ void check(const DecodeArgs& a, int splits) {
                "decode: the gated activation is silu or gelu_tanh (kp::gemm::Act 4 or 3)");
   KP_CHECK_ARG(a.m >= 0 && a.n_out >= 0 && a.k >= 0, "decode: negative size");
   KP_CHECK_ARG(splits >= 0, "decode: splits must be >= 0 (0: the table's choice)");
+  KP_CHECK_ARG(row >= -1 && row < DecodeTable::size,
+               "decode: no decode row " + std::to_string(row) + " (-1: the table's choice; decode_configs() lists " +
+                   std::to_string(DecodeTable::size) + ")");
   KP_CHECK_ARG(a.k % 8 == 0, "decode: in_features K=" + std::to_string(a.k) +
                                  " is not a multiple of 8: the kernel reads 16-byte packets of 8 elements; pad it to " +
                                  std::to_string(kp::cdiv(a.k, 8) * 8));
   KP_CHECK_ARG(a.k < (int64_t{1} << 30) && a.n_out < (int64_t{1} << 30),
                "decode: K and N must be below 2^30 (the grid's and the k loop's 32-bit counters)");
-  KP_CHECK_ARG(a.m < int64_t{65535} * 8 * DecodeTable::rows[DecodeTable::size - 1].m_tiles,
-               "decode: M too large for the grid's token chunks (grid z <= 65535); use a GEMM config");
   if (a.m == 0 || a.n_out == 0) return;
   KP_CHECK_ARG(a.k > 0, "decode: K = 0 (nothing to accumulate): the caller computes the epilogue of 0");
   KP_CHECK_ARG(a.x && a.w && a.y, "decode: x, w and y must not be null");
@@ -355,10 +493,12 @@ void check(const DecodeArgs& a, int splits) {
 
 }  // namespace
 
-DecodePlan decode_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int device) {
-  static kp::PlanCache<DecodePlan, 7> cache;
-  return cache.get({m, n_out, k, gated, dtype, splits, device},
-                   [&] { return make_plan(m, n_out, k, gated, dtype, splits, device); });
+DecodePlan decode_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int row,
+                       int device) {
+  KP_CHECK_ARG(row >= -1 && row < DecodeTable::size, "decode: no decode row " + std::to_string(row));
+  static kp::PlanCache<DecodePlan, 8> cache;
+  return cache.get({m, n_out, k, gated, dtype, splits, row, device},
+                   [&] { return make_plan(m, n_out, k, gated, dtype, splits, row, device); });
 }
 
 int64_t decode_workspace_bytes(const DecodePlan& p, int64_t m, int64_t n_out, bool gated) {
@@ -381,12 +521,15 @@ std::vector<std::string> decode_row_names() {
 
 int decode_max_m() { return DecodeTable::max_m; }
 
-void decode_gemv(const DecodeArgs& a, int splits, int device, cudaStream_t stream) {
-  check(a, splits);
+void decode_gemv(const DecodeArgs& a, int splits, int row, int device, cudaStream_t stream) {
+  check(a, splits, row);
   if (a.m == 0 || a.n_out == 0) return;
   const std::string why = decode_device_problem(device);
   KP_CHECK_ARG(why.empty(), "decode: " + why);
-  const DecodePlan pl = decode_plan(a.m, a.n_out, a.k, a.gated, a.dtype, splits, device);
+  const DecodePlan pl = decode_plan(a.m, a.n_out, a.k, a.gated, a.dtype, splits, row, device);
+  KP_CHECK_ARG(kp::cdiv(a.m, tokens_per_chunk(DecodeTable::rows[pl.row])) <= 65535,
+               "decode: M=" + std::to_string(a.m) + " is too large for " + DecodeTable::rows[pl.row].name +
+                   "'s token chunks (grid z <= 65535); use a GEMM config");
   KP_CHECK_ARG(pl.splits == 1 || a.ws != nullptr,
                "decode: the plan splits K " + std::to_string(pl.splits) +
                    " ways and needs an fp32 workspace of splits x m x rows (decode_plan says how much)");

@@ -29,21 +29,23 @@ struct DecodeArgs {
 };
 
 struct DecodePlan {
-  int row;         // of DecodeTable
+  int row;         // of DecodeTable (decode_row_names())
   int splits;      // K splits (1: the epilogue in the main kernel, no workspace)
   int split_steps; // 32-column k-steps a split covers
-  int grid_x, grid_y, grid_z;  // row blocks, splits, 32-token chunks of x
+  int grid_x, grid_y, grid_z;  // row blocks, splits, token chunks of x (the row's tokens)
   int ctas_per_sm; // resident CTAs of the row's kernel
 };
 
 // The plan of a call: `splits` > 0 forces that many K splits (clamped to the k-steps), 0 takes
-// the table's rule. Needs the device's SM count and occupancy (cached after the first call).
-DecodePlan decode_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int device);
+// the table's rule; `row` >= 0 forces that table row, -1 takes the first whose max_m >= M.
+// Needs the device's SM count and occupancy (cached after the first call).
+DecodePlan decode_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int row,
+                       int device);
 // Bytes of fp32 workspace a plan needs: splits x m x rows x 4 (0 for one split).
 int64_t decode_workspace_bytes(const DecodePlan& p, int64_t m, int64_t n_out, bool gated);
-// Checks the arguments (ValueError), plans, launches on `stream` of `device`. `splits` as in
-// decode_plan; a plan of more than one split needs `ws` of decode_workspace_bytes.
-void decode_gemv(const DecodeArgs& a, int splits, int device, cudaStream_t stream);
+// Checks the arguments (ValueError), plans, launches on `stream` of `device`. `splits` and `row`
+// as in decode_plan; a plan of more than one split needs `ws` of decode_workspace_bytes.
+void decode_gemv(const DecodeArgs& a, int splits, int row, int device, cudaStream_t stream);
 // "" when `device` can run the decode kernels (sm80 or newer), else why not.
 std::string decode_device_problem(int device);
 std::vector<std::string> decode_row_names();

@@ -3,9 +3,14 @@
 // (gated_sm90.cu): 6 kernels. `kp_fused_mlp._cuda.gated_plan(m)` reports the row a call gets;
 // `config=` on the native call forces one (tests run every row).
 //
-// The rows are linear_act's three rows above its decode row (gemm_table.h: swept on an H200 for
-// N = 2I shapes), not swept for the gated epilogue yet. With N = 2I interleaved, a 128 x N tile
-// writes 128 x N/2 of h.
+// The rows are linear_act's three rows above its decode row (gemm_table.h). With N = 2I
+// interleaved, a 128 x N tile writes 128 x N/2 of h. Scheduler swept on an H200 (2026-11-26, 8192
+// tokens, bf16, silu, swizzle 1/2/4/8 x raster M/N/heuristic, triton's do_bench against torch.mm
+// onto [Wg; Wu]): swizzle 8 along N is the best setting of both large rows at both shapes; against
+// the swizzle-1 heuristic raster, 4096 -> 14336: coop 0.891 -> 0.920x torch.mm, pingpong c2x1
+// 0.83 -> 0.929x; 8192 -> 28672: coop 0.947 -> 0.992x, pingpong c2x1 0.80 -> 0.947x. Grouping 8
+// tiles along N keeps a band of x rows and 8 tile columns of Wi in L2 at once; with swizzle 1 the
+// W tiles of a row of tiles (a 28672-wide N) stream from DRAM again for every band of M.
 //   pingpong_128x128_c1x2   M <= 128: one tile row, so a cluster along M would idle its second CTA
 //                           (linear_act: c2x1 ran 1.7x slower at M = 128); the pair shares x tiles.
 //   pingpong_128x128_c2x1   M <= 4096: the epilogue of one consumer warpgroup runs under the
@@ -28,12 +33,13 @@ struct GatedTable {
   static constexpr auto kCoop = kp::gemm::Sm90Schedule::kCooperative;
   static constexpr auto kPingpong = kp::gemm::Sm90Schedule::kPingpong;
   static constexpr auto kAuto = kp::gemm::Sm90Raster::kHeuristic;
+  static constexpr auto kAlongN = kp::gemm::Sm90Raster::kAlongN;
 
   static constexpr Cfg rows[] = {
       //  name                 tile m    n   k  cluster m n  schedule   swizzle raster max_m
       {"pingpong_128x128_c1x2",   128, 128, 64,         1, 2, kPingpong, 1,      kAuto, 128},
-      {"pingpong_128x128_c2x1",   128, 128, 64,         2, 1, kPingpong, 1,      kAuto, 4096},
-      {"coop_128x256_c2x1",       128, 256, 64,         2, 1, kCoop,     1,      kAuto, 0},
+      {"pingpong_128x128_c2x1",   128, 128, 64,         2, 1, kPingpong, 8,      kAlongN, 4096},
+      {"coop_128x256_c2x1",       128, 256, 64,         2, 1, kCoop,     8,      kAlongN, 0},
   };
   static constexpr int size = sizeof(rows) / sizeof(rows[0]);
 };

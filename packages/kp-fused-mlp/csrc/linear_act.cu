@@ -40,7 +40,7 @@ void run_dtype(const kp::gemm::Problem& p, const LinearActArgs& a, int row, int 
 
 void decode(const LinearActArgs& a, int device, cudaStream_t stream) {
   const DecodeArgs d{a.x, a.x_stride, a.w, a.w_stride, a.bias, a.y, a.ws, a.m, a.n, a.k, a.dtype, a.act, false};
-  decode_gemv(d, a.splits, device, stream);
+  decode_gemv(d, a.splits, a.decode_row, device, stream);
 }
 
 }  // namespace
@@ -55,11 +55,7 @@ std::vector<std::string> gemm_config_names() {
   return out;
 }
 
-int gemm_plan(int64_t m, int64_t n, int64_t k) {
-  (void)n;
-  (void)k;
-  return m <= DecodeTable::max_m ? kDecodeConfig : pick_gemm_row(m);
-}
+int gemm_plan(int64_t m, int64_t n, int64_t k) { return decode_serves(m, n, k) ? kDecodeConfig : pick_gemm_row(m); }
 
 std::string gemm_device_problem(int device) { return kp::gemm::sm90_device_problem(device); }
 
@@ -69,7 +65,7 @@ void linear_act(const LinearActArgs& a, int config, int device, cudaStream_t str
   KP_CHECK_ARG(a.act >= 0 && a.act < kp::gemm::kNumActs,
                "linear_act: unknown activation code " + std::to_string(a.act));
   KP_CHECK_ARG(config >= -1 && config <= kDecodeConfig, "linear_act: no GEMM config " + std::to_string(config));
-  if (config == kDecodeConfig || (config == -1 && a.m <= DecodeTable::max_m)) return decode(a, device, stream);
+  if (config == kDecodeConfig || (config == -1 && decode_serves(a.m, a.n, a.k))) return decode(a, device, stream);
   KP_CHECK_ARG(a.bias == nullptr || reinterpret_cast<uintptr_t>(a.bias) % kp::gemm::kTmaAlignBytes == 0,
                "linear_act: bias must be 16-byte aligned");
   const kp::gemm::Problem p{a.x, a.x_stride, a.w, a.w_stride, a.y, a.n, a.m, a.n, a.k, a.dtype};

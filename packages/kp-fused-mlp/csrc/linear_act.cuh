@@ -22,11 +22,12 @@ struct LinearActArgs {
   int act;    // kp::gemm::Act
   float* ws = nullptr;  // the decode path's fp32 split-K workspace (decode_gemv.cuh), or null
   int splits = 0;       // the decode path's K splits: 0 the table's choice
+  int decode_row = -1;  // the decode path's table row: -1 the table's choice (by M)
 };
 
-// config: a row of gemm_table.h, kDecodeConfig (the decode kernel of decode_gemv.cuh: sm80+, any
-// N, M = 1-32 by its table and any M in 32-token chunks when forced), or -1 for the plan's pick
-// (gemm_plan: decode for M <= decode_max_m(), else pick_gemm_row()).
+// config: a row of gemm_table.h, kDecodeConfig (the decode kernels of decode_gemv.cuh: sm80+, any
+// N, M = 1-32 by its table and any M in token chunks when forced), or -1 for the plan's pick
+// (gemm_plan: decode where decode_table.h's DecodeCut says so by M, N and K, else pick_gemm_row()).
 void linear_act(const LinearActArgs& a, int config, int device, cudaStream_t stream);
 std::vector<std::string> gemm_config_names();
 int gemm_plan(int64_t m, int64_t n, int64_t k);

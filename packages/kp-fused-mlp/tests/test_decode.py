@@ -1,5 +1,6 @@
 """The decode kernels (csrc/decode_gemv.cu): linear_act and gated_linear at 1-32 tokens on the cuda
-level, against the float64 oracle: M = 1, 2, 7, 16, 31, 32 (every row of csrc/decode_table.h),
+level, against the float64 oracle: M = 1, 2, 7, 16, 31, 32 (every row of csrc/decode_table.h by
+M), every row forced at M = 1, 2, 3, 5 (K = 8, N tails, splits, every epilogue, gated),
 K and N odd multiples of 8 and Llama's sizes, every epilogue, every K split forced, strided x,
 NaN-poisoned outputs, M = 0, determinism, CUDA graphs, torch.compile, GatedMLP's down projection.
 The plan, the supports() answers and the native argument checks also run on CPU."""
@@ -15,7 +16,8 @@ from kp_fused_mlp import _cuda, gated, linear, modules, reference
 NATIVE = load_native("kp_fused_mlp")
 needs_native = pytest.mark.skipif(not NATIVE.loaded, reason="built without its CUDA level")
 
-TOKENS = [1, 2, 7, 16, 31, 32]  # each decode row (<= 8, <= 16, <= 32), with tails of its 8-token tiles
+TOKENS = [1, 2, 7, 16, 31, 32]  # each decode row (1, 2, <= 8, <= 16, <= 32), with tails of its tiles
+ROWS = ["decode_fma_m1", "decode_fma_m2", "decode_m8", "decode_m16", "decode_m32"]
 # (K, N): odd multiples of 8 (no tile divides them), and Llama-3-8B's up and down projections.
 SMALL = [(24, 40), (1032, 264)]
 LLAMA = [(4096, 14336), (14336, 4096)]
@@ -58,6 +60,16 @@ def _gated_oracle(x, w, b, act):
     return want, reference.GATES[act](F.linear(x, w[:inter], bg)) * F.linear(x, w[inter:], bu)
 
 
+def _fma(plan):
+    """Whether a plan runs an fma row (16 weight rows a CTA, 256-column steps) or an mma row (128
+    rows, 32 columns)."""
+    return plan["row"].startswith("decode_fma")
+
+
+def _step_k(plan):
+    return 256 if _fma(plan) else 32
+
+
 def _poison(*shapes):
     kt.poison_allocator("cuda", [4 * s[0] * s[1] for s in shapes] * 2)
 
@@ -77,14 +89,25 @@ def _check(call, want, torch_out, *, name):
 def test_configs_and_cut():
     mod = NATIVE.module
     assert mod.gemm_configs()[-1] == "decode_gemv"
-    assert mod.decode_configs() == ["decode_m8", "decode_m16", "decode_m32"]
+    assert mod.decode_configs() == ROWS and _cuda.decode_configs() == tuple(ROWS)
     assert _cuda.DECODE_MAX_M == mod.decode_max_m() == 32
-    for m in (1, 8, 9, 16, 32):
-        assert _cuda.gemm_plan(m, 4096, 4096) == "decode_gemv"
+    # The cut by shape (decode_table.h's DecodeCut): N <= K decode up to 16 tokens, N > K up to 8.
+    for m, n, k, want in [(1, 14336, 4096, True), (8, 14336, 4096, True), (9, 14336, 4096, False),
+                          (16, 4096, 14336, True), (16, 4096, 4096, True), (17, 4096, 14336, False),
+                          (32, 4096, 14336, False), (1, 28672, 8192, True), (16, 28672, 8192, False)]:  # fmt: skip
+        assert _cuda.decode_serves_linear(m, n, k) is want is mod.decode_serves_linear(m, n, k), (m, n, k)
+        assert _cuda.gemm_plan(m, n, k) == ("decode_gemv" if want else "pingpong_64x128"), (m, n, k)
     assert _cuda.gemm_plan(33, 4096, 4096) == "pingpong_64x128"
+    for m in (0, 1, 8, 9, 16, 17):  # the Python mirror of the rule (traceable) agrees with the native one
+        for n, k in [(8, 8), (8, 16), (16, 8), (4096, 14336), (14336, 4096), (1000, 1000), (1001, 1000)]:
+            assert _cuda.decode_serves_linear(m, n, k) == mod.decode_serves_linear(m, n, k), (m, n, k)
     x = torch.empty(32, 64)
     assert linear.is_decode(x, 64) and not linear.is_decode(torch.empty(33, 64), 64)
     assert linear.is_decode(torch.empty(2, 16, 64), 64) and not linear.is_decode(torch.empty(3, 11, 64), 64)
+    assert linear.linear_decodes(torch.empty(2, 8, 64), 64, 64) and not linear.linear_decodes(x, 64, 64)
+    assert linear.linear_decodes(torch.empty(9, 128), 64, 128) and not linear.linear_decodes(torch.empty(9, 64), 128, 64)
+    with pytest.raises(ValueError, match="decode_row must be one of decode_fma_m1"):
+        _cuda._decode_row_index("decode_m64")
 
 
 @needs_native
@@ -126,6 +149,8 @@ def test_native_checks_before_any_cuda_call():
         mod.gated_decode(**{**args, "splits": -1})
     with pytest.raises(ValueError, match="float16 or bfloat16, got float32"):
         mod.gated_decode(**{**args, "dtype": 0})
+    with pytest.raises(ValueError, match="no decode row 5"):
+        mod.gated_decode(**{**args, "decode_row": 5})
     mod.gated_decode(**{**args, "m": 0})  # nothing to do: returns without a device
     decode = mod.gemm_configs().index("decode_gemv")
     la = dict(x=16, x_stride=64, w=16, w_stride=64, bias=0, y=16, m=4, n=13, k=60, dtype=2, act=0, config=decode,
@@ -149,8 +174,9 @@ def test_decode_splits_must_be_a_positive_int():
 @pytest.mark.parametrize("size", SMALL + LLAMA, ids=_SIZE_ID)
 @pytest.mark.parametrize("m", TOKENS)
 def test_linear_act_matches_oracle(m, size, dtype, seed):
-    """The table's plan at every token class; every activation with and without bias on the small
-    sizes, two epilogues on Llama's (their oracles dominate the time)."""
+    """The plan at every token class (the decode rows, and the GEMM past the cut by shape); every
+    activation with and without bias on the small sizes, two epilogues on Llama's (their oracles
+    dominate the time)."""
     _gpu()
     k, n = size
     cases = [(a, b) for a in kp_fused_mlp.ACTIVATIONS for b in (True, False)] if size in SMALL else [
@@ -171,7 +197,7 @@ def test_every_split_forced(m, k, n, splits, seed):
     x, w, b = _linear_inputs(m, k, n, torch.bfloat16, seed, True)
     want, torch_y = _linear_oracle(x, w, b, "gelu_tanh")
     plan = _cuda.decode_plan(m, n, k, splits=splits)
-    steps = -(-k // 32)
+    steps = -(-k // _step_k(plan))
     split_steps = -(-steps // min(splits, steps))
     assert (plan["splits"], plan["split_steps"]) == (-(-steps // split_steps), split_steps), plan
     assert plan["grid"][1] == plan["splits"]
@@ -189,9 +215,9 @@ def test_plan_of_the_table():
     for m, k, n in [(1, 4096, 14336), (16, 4096, 14336), (32, 4096, 14336), (1, 14336, 4096), (32, 14336, 4096),
                     (1, 8192, 28672), (1, 28672, 8192)]:  # fmt: skip
         p = _cuda.decode_plan(m, n, k)
-        steps = -(-k // 32)
+        steps = -(-k // _step_k(p))
         assert p["splits"] * p["split_steps"] >= steps > (p["splits"] - 1) * p["split_steps"], p
-        assert p["grid"] == (-(-n // 128), p["splits"], 1), p
+        assert p["grid"] == (-(-n // (16 if _fma(p) else 128)), p["splits"], 1), p
         assert p["workspace_bytes"] == (4 * p["splits"] * m * n if p["splits"] > 1 else 0), p
         assert p["ctas_per_sm"] >= 1, p
         if p["splits"] > 1:
@@ -276,6 +302,60 @@ def test_opcheck_and_compile(seed):
     kt.assert_matches_oracle(fn(xg, wg, bg), _gated_oracle(xg, wg, bg, "gelu_tanh")[0])
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("row", ROWS)
+@pytest.mark.parametrize("m", [1, 2, 3, 5])
+def test_every_row_forced(m, row, seed):
+    """Every table row forced (past its own tokens: grid z chunks), against the float64 oracle:
+    K = 8 (one packet), 264 and 1032 (partial steps of both kinds), N = 13 and 40 (tails of every
+    row block), splits of the table, 1 and 3 (clamped to the steps), every linear epilogue and
+    both gated ones, into NaN-poisoned outputs."""
+    _gpu()
+    dtype = DTYPES[m % 2]
+    for k, n in [(8, 13), (264, 40), (1032, 13)]:
+        for splits in (None, 1, 3):
+            plan = _cuda.decode_plan(m, n, k, dtype=dtype, splits=splits or 0, row=row)
+            assert plan["row"] == row and plan["grid"][2] == -(-m // int(row.rsplit("m", 1)[1])), plan
+            x, w, b = _linear_inputs(m, k, n, dtype, seed + k, True)
+            for act in kp_fused_mlp.ACTIVATIONS:
+                for bias in (b, None):
+                    want, torch_y = _linear_oracle(x, w, bias, act)
+                    _poison((m, n), (plan["splits"] * m, n))
+                    y = _cuda.linear_act_fwd(x, w, bias, act, decode_splits=splits, decode_row=row)
+                    kt.assert_matches_oracle(y, want, torch_out=torch_y,
+                                             name=f"{row} {m}x{k}->{n} {act} bias={bias is not None} {plan}")  # fmt: skip
+            xg, wg, bg = _gated_inputs(m, k, n, dtype, seed + n, True)
+            for act in kp_fused_mlp.GATED_ACTIVATIONS:
+                for bias in (bg, None):
+                    want, torch_h = _gated_oracle(xg, wg, bias, act)
+                    _poison((m, n), (plan["splits"] * m, 2 * n))
+                    h, _ = _cuda.gated_linear_fwd(xg, wg, bias, act, False, decode_splits=splits, decode_row=row)
+                    kt.assert_matches_oracle(h, want, torch_out=torch_h,
+                                             name=f"gated {row} {m}x{k}->{n} {act} bias={bias is not None}")  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("row", ROWS)
+def test_every_row_deterministic_and_graph_captured(row, seed):
+    """Bit-identical repeated calls (the fixed xor tree and the split-order reduce) with and
+    without splits, and a captured + replayed call, for every row forced; Llama's down projection
+    shape (14336 -> 4096: splits by the table) at 2 tokens."""
+    _gpu()
+    for splits in (None, 1, 4):
+        x, w, b = _linear_inputs(2, 14336, 4096, torch.bfloat16, seed, True)
+        y1 = _cuda.linear_act_fwd(x, w, b, "silu", decode_splits=splits, decode_row=row)
+        y2 = _cuda.linear_act_fwd(x, w, b, "silu", decode_splits=splits, decode_row=row)
+        assert torch.equal(y1, y2), f"{row} splits={splits}: two calls differ"
+        xg, wg, bg = _gated_inputs(2, 4096, 1032, torch.bfloat16, seed, True)
+        h1, _ = _cuda.gated_linear_fwd(xg, wg, bg, "gelu_tanh", False, decode_splits=splits, decode_row=row)
+        h2, _ = _cuda.gated_linear_fwd(xg, wg, bg, "gelu_tanh", False, decode_splits=splits, decode_row=row)
+        assert torch.equal(h1, h2), f"gated {row} splits={splits}: two calls differ"
+    y = kt.graph_captured(lambda a, c, d: _cuda.linear_act_fwd(a, c, d, "gelu", decode_row=row), x, w, b)
+    kt.assert_matches_oracle(y, _linear_oracle(x, w, b, "gelu")[0], name=row)
+    h = kt.graph_captured(lambda a, c, d: _cuda.gated_linear_fwd(a, c, d, "silu", False, decode_row=row)[0], xg, wg, bg)
+    kt.assert_matches_oracle(h, _gated_oracle(xg, wg, bg, "silu")[0], name=f"gated {row}")
+
+
 # ---- GPU: gated_linear and GatedMLP -------------------------------------------------------------
 
 
@@ -344,7 +424,7 @@ def test_gated_mlp_streams_the_down_projection_through_linear_act(m, seed, monke
     h = reference.gated_linear(x.double(), w, b, "silu", acc=torch.float64)
     want = F.linear(h, mlp.down_proj.weight.double(), mlp.down_proj.bias.double())
     kt.assert_matches_oracle(y, want)
-    assert calls == (["cuda"] if m <= 32 else []), calls
+    assert calls == (["cuda"] if linear.linear_decodes(h, 1032, 264) else []), calls
     calls.clear()
     handle = mlp.down_proj.register_forward_hook(lambda *a: None)
     with torch.no_grad():

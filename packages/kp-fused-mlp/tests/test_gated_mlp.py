@@ -554,7 +554,7 @@ def test_cuda_plan_and_auto():
     """The table row by M; auto picks the cuda level for a 16-bit call it supports (with or without
     a gradient), triton for float32."""
     _cuda = _cuda_level()
-    cuda = torch.device("cuda")
+    cuda = torch.device("cuda", torch.cuda.current_device())  # as a tensor's device: indexed
     assert gated.LEVELS.resolve("auto", cuda, torch.bfloat16, False, 14336, 4096) == "cuda"
     assert gated.LEVELS.resolve("auto", cuda, torch.float16, True, 136, 72) == "cuda"
     assert gated.LEVELS.resolve("auto", cuda, torch.float32, False, 136, 72) == "triton"

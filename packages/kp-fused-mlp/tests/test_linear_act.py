@@ -239,8 +239,10 @@ def test_gemm_table_and_plan():
     names = mod.gemm_configs()
     assert names == ["pingpong_64x128", "pingpong_128x128_c1x2", "pingpong_128x128_c2x1", "coop_128x256_c2x1",
                      "decode_gemv"]  # fmt: skip
-    assert _cuda.gemm_plan(1, 4096, 4096) == "decode_gemv"  # tests/test_decode.py
-    assert _cuda.gemm_plan(32, 4096, 4096) == "decode_gemv"
+    assert _cuda.gemm_plan(1, 4096, 4096) == "decode_gemv"  # tests/test_decode.py: the cut by shape
+    assert _cuda.gemm_plan(16, 4096, 4096) == "decode_gemv"
+    assert _cuda.gemm_plan(17, 4096, 4096) == "pingpong_64x128"
+    assert _cuda.gemm_plan(32, 4096, 4096) == "pingpong_64x128"
     assert _cuda.gemm_plan(33, 4096, 4096) == "pingpong_64x128"
     assert _cuda.gemm_plan(64, 4096, 4096) == "pingpong_64x128"
     assert _cuda.gemm_plan(65, 4096, 4096) == "pingpong_128x128_c1x2"

@@ -112,29 +112,34 @@ def gated():
 
 
 def decode():
-    # The decode kernels (csrc/decode_gemv.cu): every table row (M 1, 7 | 16 | 31, and 40 forced: two
-    # 32-token chunks), K and N tails of every tile (N = 13, 264; K = 1032: a partial k-step), one split
-    # and several (the fp32 workspace and the programmatic-dependent reduce), linear and gated.
+    # The decode kernels (csrc/decode_gemv.cu): every table row by M (1 | 2 | 7 | 16 | 31, and 40
+    # forced: two 32-token chunks) and every row forced at M = 3 (fma rows: 3 and 2 chunks of x), K
+    # and N tails of every tile (N = 13, 264; K = 1032: a partial step of both kinds; K = 8: one
+    # packet), one split and several (the fp32 workspace and the programmatic-dependent reduce),
+    # linear and gated.
     why = _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64, True)
     if why:
         return print("decode: skipped,", why)
     config = _cuda.decode_config()
+    cases = [(m, None) for m in (1, 2, 7, 16, 31, 40)] + [(3, row) for row in _cuda.decode_configs()]
     for dtype in (torch.float16, torch.bfloat16):
-        for m in (1, 7, 16, 31, 40):
-            for k, n in ((64, 13), (1032, 264)):
+        for m, row in cases:
+            for k, n in ((64, 13), (1032, 264), (8, 40)):
                 x = kt.randn((m, k), dtype=dtype, device="cuda", seed=m)
                 w = kt.randn((2 * n, k), dtype=dtype, device="cuda", seed=n) / k**0.5
                 b = kt.randn((2 * n,), dtype=dtype, device="cuda", seed=k)
                 for splits in (None, 1, 3):
                     for bias, act in ((None, "none"), (b[:n], "silu"), (b[:n], "gelu")):
-                        y = _cuda.linear_act_fwd(x, w[:n], bias, act, config=config, decode_splits=splits)
+                        y = _cuda.linear_act_fwd(x, w[:n], bias, act, config=config, decode_splits=splits,
+                                                 decode_row=row)  # fmt: skip
                         z = x.double() @ w[:n].double().t() + (0 if bias is None else bias.double())
-                        kt.assert_matches_oracle(y, reference.ACTIVATIONS[act](z), name=f"decode {act} {m}x{k}x{n}")
+                        kt.assert_matches_oracle(y, reference.ACTIVATIONS[act](z),
+                                                 name=f"decode {row} {act} {m}x{k}x{n}")  # fmt: skip
                     for bias, act in ((None, "silu"), (b, "gelu_tanh")):
-                        h, _ = _cuda.gated_decode_fwd(x, w, bias, act, splits)
+                        h, _ = _cuda.gated_decode_fwd(x, w, bias, act, splits, row)
                         want = reference.gated_linear(x.double(), w.double(), None if bias is None else bias.double(),
                                                       act, acc=torch.float64)  # fmt: skip
-                        kt.assert_matches_oracle(h, want, name=f"gated decode {act} {m}x{k}x{n}")
+                        kt.assert_matches_oracle(h, want, name=f"gated decode {row} {act} {m}x{k}x{n}")
 
 
 PARTS = {"glu": glu, "gemm": gemm, "train": train, "gated": gated, "decode": decode}

@@ -148,23 +148,27 @@ def _operands(x, weight, bias):
 
 
 def linear_act_fwd(x: torch.Tensor, weight: torch.Tensor, bias, activation: str, config: int = -1,
-                   decode_splits: Optional[int] = None) -> torch.Tensor:  # fmt: skip
+                   decode_splits: Optional[int] = None, decode_row: Optional[str] = None) -> torch.Tensor:  # fmt: skip
     """x [M, K] (unit column stride), weight [N, K], bias [N] or None, all one 16-bit dtype;
     M, N, K > 0. Returns y [M, N], contiguous.
 
-    `config`: -1 gemm_plan's pick (the decode kernel for M <= DECODE_MAX_M), else the index of a
-    gemm_configs() name ("decode_gemv": the decode kernel at any M). `decode_splits`: the decode
-    kernel's K splits (None: its table's), for sweeps and tests."""
+    `config`: -1 gemm_plan's pick (the decode kernels where decode_serves_linear says so), else the
+    index of a gemm_configs() name ("decode_gemv": the decode kernels at any M). `decode_splits`:
+    the decode kernels' K splits (None: its table's); `decode_row`: a decode_configs() name (None:
+    the table's by M; forcing one implies the decode config), for sweeps and tests."""
     (m, k), n = x.shape, weight.shape[0]
     x, weight, bias = _operands(x, weight, bias)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     index = x.device.index
-    decode = config == decode_config() or (config == -1 and m <= DECODE_MAX_M)
-    ws, splits = _decode_workspace(m, n, k, False, x, decode_splits) if decode else (None, 0)
+    if decode_row is not None and config == -1:
+        config = decode_config()
+    decode = config == decode_config() or (config == -1 and decode_serves_linear(m, n, k))
+    row = _decode_row_index(decode_row)
+    ws, splits = _decode_workspace(m, n, k, False, x, decode_splits, row) if decode else (None, 0)
     NATIVE.module.linear_act(
         x.data_ptr(), _ld(x), weight.data_ptr(), _ld(weight), 0 if bias is None else bias.data_ptr(), y.data_ptr(),
         m, n, k, dtypes.code(x.dtype), ACT_CODES[activation], config, index, current_stream(index),
-        0 if ws is None else ws.data_ptr(), splits,
+        0 if ws is None else ws.data_ptr(), splits, row,
     )  # fmt: skip
     return y
 
@@ -236,7 +240,7 @@ def linear_act_bwd(dy, x, weight, pre, activation: str, need_dx: bool, need_dw: 
 
 def gemm_plan(m: int, n: int, k: int) -> str:
     """The name of the config a call of this shape gets: a GEMM table row (csrc/gemm_table.h), or
-    "decode_gemv" (csrc/decode_table.h) for M <= DECODE_MAX_M."""
+    "decode_gemv" (csrc/decode_table.h) where decode_serves_linear(m, n, k)."""
     return NATIVE.module.gemm_configs()[NATIVE.module.gemm_plan(m, n, k)]
 
 
@@ -287,7 +291,37 @@ def scheduler() -> tuple:
 # the weight once (mma.sync over weight rows; sm80+), K split where the row blocks leave SMs idle.
 
 DECODE_MAX_M = NATIVE.module.decode_max_m() if NATIVE.loaded else 0
-"""The most rows (tokens) the decode kernel serves by default (the cut in csrc/decode_table.h)."""
+"""The most rows (tokens) the decode kernels serve by default (gated_linear's cuda level; linear_act's
+cut is decode_serves_linear, by shape)."""
+
+
+_DECODE_CUTS = tuple(NATIVE.module.decode_cuts()) if NATIVE.loaded else ()
+
+
+def decode_serves_linear(m: int, n: int, k: int) -> bool:
+    """Whether linear_act's cuda level runs [m, k] x [n, k]^T on the decode kernels rather than the
+    GEMM (csrc/decode_table.h's DecodeCut: up to 16 tokens where N <= K, 8 where N > K). The native
+    rule (gemm_plan's) in plain Python, so that torch.compile traces it; tests/test_decode.py checks
+    that both agree."""
+    for max_n_per_k_pct, max_m in _DECODE_CUTS:
+        if n * 100 <= max_n_per_k_pct * k:
+            return m <= max_m
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def decode_configs() -> tuple:
+    """The decode table's row names (csrc/decode_table.h), in table order."""
+    return tuple(NATIVE.module.decode_configs())
+
+
+def _decode_row_index(name: Optional[str]) -> int:
+    """-1 for None (the table's row by M), else the index of decode_configs() name `name`."""
+    if name is None:
+        return -1
+    if name not in decode_configs():
+        raise ValueError(f"decode_row must be one of {', '.join(decode_configs())} or None, got {name!r}")
+    return decode_configs().index(name)
 
 
 @functools.lru_cache(maxsize=None)
@@ -297,24 +331,27 @@ def decode_config() -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _plan(m: int, n_out: int, k: int, gated: bool, dtype_code: int, splits: int, index: int) -> dict:
-    return NATIVE.module.decode_plan(m, n_out, k, gated, dtype_code, splits, index)
+def _plan(m: int, n_out: int, k: int, gated: bool, dtype_code: int, splits: int, index: int, row: int = -1) -> dict:
+    return NATIVE.module.decode_plan(m, n_out, k, gated, dtype_code, splits, index, row)
 
 
 def decode_plan(m: int, n_out: int, k: int, *, gated: bool = False, dtype=torch.bfloat16, splits: int = 0,
-                device=None) -> dict:  # fmt: skip
-    """The decode kernel's plan of a call (row, splits, split_steps, grid, ctas_per_sm,
-    workspace_bytes). n_out: N (gated: I); splits > 0: forced, as `decode_splits` does."""
+                row: Optional[str] = None, device=None) -> dict:  # fmt: skip
+    """The decode kernels' plan of a call (row, splits, split_steps, grid, ctas_per_sm,
+    workspace_bytes). n_out: N (gated: I); splits > 0: forced, as `decode_splits` does; row: a
+    decode_configs() name, forced, as `decode_row` does."""
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
-    return dict(_plan(int(m), int(n_out), int(k), bool(gated), dtypes.code(dtype), int(splits), index))
+    return dict(_plan(int(m), int(n_out), int(k), bool(gated), dtypes.code(dtype), int(splits), index,
+                      _decode_row_index(row)))  # fmt: skip
 
 
-def _decode_workspace(m: int, n_out: int, k: int, gated: bool, x: torch.Tensor, splits: Optional[int]):
+def _decode_workspace(m: int, n_out: int, k: int, gated: bool, x: torch.Tensor, splits: Optional[int],
+                      row: int = -1):  # fmt: skip
     """(fp32 workspace or None, K splits) of a decode call: the plan's, or `splits` forced."""
     if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool) or splits < 1):
         raise ValueError(f"decode_splits must be a positive int or None, got {splits!r}")
-    plan = _plan(m, n_out, k, gated, dtypes.code(x.dtype), splits or 0, x.device.index)
+    plan = _plan(m, n_out, k, gated, dtypes.code(x.dtype), splits or 0, x.device.index, row)
     if plan["splits"] == 1:
         return None, 1
     return torch.empty(plan["workspace_bytes"] // 4, dtype=torch.float32, device=x.device), plan["splits"]
@@ -407,20 +444,22 @@ def gated_size_problem(inter: int, hidden: int, itemsize: int) -> Optional[str]:
 
 
 def gated_linear_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, save_pre: bool, config: int = -1,
-                     swizzle: int = 0, raster: int = -1, decode_splits: Optional[int] = None):  # fmt: skip
+                     swizzle: int = 0, raster: int = -1, decode_splits: Optional[int] = None,
+                     decode_row: Optional[str] = None):  # fmt: skip
     """x [M, K] (unit column stride), w = [Wg; Wu] [2I, K], bias [2I] or None, one 16-bit dtype.
     Returns (h [M, I] contiguous, P = [gate_pre | up_pre] [M, 2I] contiguous when save_pre, else None).
 
-    Inference calls of at most DECODE_MAX_M rows run the decode kernel (gated_decode_fwd), as do
-    calls that name `decode_splits` (its K splits, for sweeps and tests); the others the gated
-    GEMM. config, swizzle, raster: the GEMM's table row, the scheduler's swizzle group and raster
+    Inference calls the decode kernels serve (at most DECODE_MAX_M rows, and the shape's cut:
+    decode_serves_linear(M, 2I, H), csrc/decode_table.h) run them (gated_decode_fwd), as do calls
+    that name `decode_splits` or `decode_row` (for sweeps and tests); the others the gated GEMM. config, swizzle, raster: the GEMM's table row, the scheduler's swizzle group and raster
     order, for sweeps (tools/gpu_check_gated.sh); the defaults are the table's."""
     (m, k), inter = x.shape, w.shape[0] // 2
-    if not save_pre and config == -1 and (decode_splits is not None or m <= DECODE_MAX_M):
-        return gated_decode_fwd(x, w, bias, activation, decode_splits)
-    if decode_splits is not None:
-        raise ValueError("kp_fused_mlp: decode_splits is the decode kernel's, which saves no pre-activations and "
-                         "takes no GEMM config")  # fmt: skip
+    forced_decode = decode_splits is not None or decode_row is not None
+    if not save_pre and config == -1 and (forced_decode or decode_serves_linear(m, 2 * inter, k)):
+        return gated_decode_fwd(x, w, bias, activation, decode_splits, decode_row)
+    if forced_decode:
+        raise ValueError("kp_fused_mlp: decode_splits / decode_row are the decode kernels', which save no "
+                         "pre-activations and take no GEMM config")  # fmt: skip
     h = torch.empty((m, inter), dtype=x.dtype, device=x.device)
     pre = torch.empty((m, 2 * inter), dtype=x.dtype, device=x.device) if save_pre else None
     if m == 0 or inter == 0:
@@ -452,7 +491,8 @@ def gated_plan(m: int) -> str:
     return NATIVE.module.gated_configs()[NATIVE.module.gated_plan(m)]
 
 
-def gated_decode_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, decode_splits: Optional[int] = None):
+def gated_decode_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, decode_splits: Optional[int] = None,
+                     decode_row: Optional[str] = None):  # fmt: skip
     """The decode kernel: x [M, H] (unit column stride), w [2I, H], bias [2I] or None, one 16-bit
     dtype; M, I, H > 0. Returns (h [M, I] contiguous, None). Any M runs (32-token chunks past
     DECODE_MAX_M, each streaming the weight again: supports() keeps auto's calls at the cut)."""
@@ -461,11 +501,12 @@ def gated_decode_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, de
     if bias is not None:
         bias = bias.contiguous()
     h = torch.empty((m, inter), dtype=x.dtype, device=x.device)
-    ws, splits = _decode_workspace(m, inter, k, True, x, decode_splits)
+    row = _decode_row_index(decode_row)
+    ws, splits = _decode_workspace(m, inter, k, True, x, decode_splits, row)
     index = x.device.index
     NATIVE.module.gated_decode(
         x.data_ptr(), x.stride(0) if m > 1 else k, w.data_ptr(), w.stride(0), 0 if bias is None else bias.data_ptr(),
         h.data_ptr(), m, inter, k, dtypes.code(x.dtype), ACT_CODES[activation], 0 if ws is None else ws.data_ptr(),
-        splits, index, current_stream(index),
+        splits, index, current_stream(index), row,
     )  # fmt: skip
     return h, None

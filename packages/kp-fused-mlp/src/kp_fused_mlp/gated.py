@@ -23,7 +23,7 @@ from kp_core import registry
 from kp_core.op import AutogradOp, Levels, as_rows, empty, saveable
 
 from . import reference
-from .linear import check_operands, is_decode, resolve_level
+from .linear import check_operands, linear_decodes, resolve_level
 
 GATED_ACTIVATIONS = tuple(reference.GATES)  # "silu", "gelu_tanh"
 
@@ -37,13 +37,14 @@ LEVELS = Levels(
     {"cuda": "kp_fused_mlp._cuda", "triton": "kp_fused_mlp.triton.gated", "reference": "kp_fused_mlp.reference"},
     supports={"cuda": _cuda_supports},
 )
-"""Facts a level's `supports` reads: device type and index, dtype, needs grad, I, H, decode (at
-most the cuda level's DECODE_MAX_M rows: linear.is_decode)."""
+"""Facts a level's `supports` reads: device type and index, dtype, needs grad, I, H, decode (the
+cuda level's decode kernels serve it: linear.linear_decodes of x against the [2I, H] weight, the
+same cut by shape as linear_act's)."""
 
 
 def describe_backends() -> list:
     """Lines for `python -m kp_core`: what `auto` picks for a bf16 Llama-3-8B training call and a
-    decode (inference, 1-32 tokens) call."""
+    decode (inference, 1-8 tokens at this shape) call."""
     return [f"{line} (training)" for line in LEVELS.describe(torch.bfloat16, True, 14336, 4096, False)] + [
         f"{line} (decode)" for line in LEVELS.describe(torch.bfloat16, False, 14336, 4096, True)
     ]
@@ -52,7 +53,7 @@ def describe_backends() -> list:
 def level(x: torch.Tensor, w_gate_up: torch.Tensor, bias, backend) -> tuple:
     """(level, needs grad, compiling) of a gated_linear call (resolve_level with its facts)."""
     two_i, hidden = w_gate_up.shape
-    return resolve_level(LEVELS, backend, (x, w_gate_up, bias), two_i // 2, hidden, is_decode(x, hidden))
+    return resolve_level(LEVELS, backend, (x, w_gate_up, bias), two_i // 2, hidden, linear_decodes(x, two_i, hidden))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from kp_core.dtypes import FLOATING
 from kp_core.op import AutogradOp, Levels, as_rows, check_tensor, empty, saveable, triton_supports
 
 from . import reference
-from ._cuda import DECODE_MAX_M
+from ._cuda import DECODE_MAX_M, decode_serves_linear
 
 ACTIVATIONS = tuple(reference.ACTIVATIONS)  # "none", "relu", "gelu", "gelu_tanh", "silu"
 
@@ -47,8 +47,8 @@ LEVELS = Levels(
     {"cuda": "kp_fused_mlp._cuda", "triton": "kp_fused_mlp.triton.linear", "reference": "kp_fused_mlp.reference"},
     supports={"cuda": _cuda_supports, "triton": _triton_supports},
 )
-"""Facts a level's `supports` reads: device type and index, dtype, needs grad, N, K, decode (at
-most the cuda level's DECODE_MAX_M rows: its decode kernel serves the call, not the GEMM)."""
+"""Facts a level's `supports` reads: device type and index, dtype, needs grad, N, K, decode (the
+cuda level's decode kernels serve the call, not the GEMM: linear_decodes)."""
 
 
 def describe_backends() -> list:
@@ -61,8 +61,14 @@ def describe_backends() -> list:
 
 def is_decode(x: torch.Tensor, k: int) -> bool:
     """Whether a call of x [..., K] has at most the cuda level's DECODE_MAX_M rows (the `decode`
-    fact of linear_act and gated_linear)."""
+    fact of gated_linear)."""
     return x.numel() <= k * DECODE_MAX_M
+
+
+def linear_decodes(x: torch.Tensor, n: int, k: int) -> bool:
+    """linear_act's `decode` fact: the cuda level runs x [..., K] x [N, K]^T on its decode kernels
+    (_cuda.decode_serves_linear: by M, N and K), not its GEMM."""
+    return x.numel() <= k * DECODE_MAX_M and (k == 0 or decode_serves_linear(x.numel() // k, n, k))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,7 +199,7 @@ def _check(x, weight, bias, activation) -> None:
 def level(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], backend) -> tuple:
     """(level, needs grad, compiling) of a linear_act call (resolve_level with its facts)."""
     n, k = weight.shape
-    return resolve_level(LEVELS, backend, (x, weight, bias), n, k, is_decode(x, k))
+    return resolve_level(LEVELS, backend, (x, weight, bias), n, k, linear_decodes(x, n, k))
 
 
 def linear_act(
@@ -210,12 +216,13 @@ def linear_act(
     or None; one dtype for all (float32, float16, bfloat16). `activation`: "none", "relu", "gelu",
     "gelu_tanh" (gelu with approximate="tanh") or "silu". Returns [..., out_features].
 
-    The cuda level needs float16/bfloat16. Up to 32 rows (`_cuda.DECODE_MAX_M`) without a gradient it
-    runs its decode kernel (sm80 or newer, in_features a multiple of 8: it streams the weight in
-    16-byte packets); more rows, and calls that need gradients, run kp's GEMM (an sm_90 GPU,
-    in_features and out_features multiples of 8: TMA moves 16-byte rows), which differentiates x,
-    weight and bias (first derivatives). A named backend="cuda" says what to pad to. The triton
-    level takes any float dtype, shape and strides on a GPU, and no gradient.
+    The cuda level needs float16/bfloat16. Without a gradient, up to 8 rows, 16 where out_features
+    <= in_features (`_cuda.decode_serves_linear`), it runs its decode kernels (sm80 or newer,
+    in_features a multiple of 8: it streams the weight in 16-byte packets); more rows, and calls
+    that need gradients, run kp's GEMM (an sm_90 GPU, in_features and out_features multiples of 8:
+    TMA moves 16-byte rows), which differentiates x, weight and bias (first derivatives). A named
+    backend="cuda" says what to pad to. The triton level takes any float dtype, shape and strides
+    on a GPU, and no gradient.
     `backend`: "auto" (default), "cuda", "triton" or "reference".
     """
     _check(x, weight, bias, activation)
