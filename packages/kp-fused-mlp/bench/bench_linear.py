@@ -9,7 +9,12 @@ Cases (bf16, issue 18's shapes):
   (4096 -> 14336) and a larger model (8192 -> 28672), against torch eager (F.linear, then the
   activation) and torch.compile of the same expression (fp32 epilogue, one rounding). At 1-64
   tokens the call streams the weights: those cases report GB/s against copy bandwidth.
-Impls: kp-cuda and kp-triton (forced backends), torch, torch.compile; torch.mm for `gemm`.
+- `linear_train_<act>`: forward and backward (gradients of x, weight and bias) at 8192 tokens on
+  the MLP projections (up: hidden -> intermediate, down: intermediate -> hidden), against torch
+  eager and torch.compile of the same expression. Acceptance (issue 18): kp-cuda >= 1.0x
+  torch.compile on an H200.
+Impls: kp-cuda and kp-triton (forced backends; the Triton level has no backward), torch,
+torch.compile; torch.mm for `gemm`.
 """
 from __future__ import annotations
 
@@ -27,7 +32,8 @@ MLP = [(4096, 14336), (8192, 28672)]  # (hidden, intermediate)
 TOKENS = (1, 16, 64, 128, 1024, 8192)
 DECODE_MAX = 64  # tokens up to which the call is bound by reading the weights
 QUICK = {"gemm": [(8192, 8192, 8192)], "linear_act": [(8192, 4096, 14336), (16, 4096, 14336)]}
-CPU = {"gemm": [(16, 64, 32)], "linear_act": [(16, 64, 32)]}  # the no-GPU smoke run only
+TRAIN_TOKENS = 8192
+CPU = {"gemm": [(16, 64, 32)], "linear_act": [(16, 64, 32)], "train": [(16, 64, 32)]}  # the no-GPU smoke run only
 ACTS = {"silu": F.silu, "gelu_tanh": functools.partial(F.gelu, approximate="tanh")}
 
 
@@ -72,16 +78,41 @@ def _linear_act_cases(shapes, device):
                        "torch.compile": lambda x, w, b, act=act: _compiled(act)(x, w, b)})
 
 
+def _train_step(fn):
+    def run(x, w, b, dy):
+        return torch.autograd.grad(fn(x, w, b), (x, w, b), dy)
+    return run
+
+
+def _train_cases(shapes, device):
+    for tokens, k, n in shapes:
+        for act in ACTS:
+            def make(tokens=tokens, k=k, n=n):
+                return (torch.randn(tokens, k, device=device, dtype=DTYPE, requires_grad=True),
+                        (torch.randn(n, k, device=device, dtype=DTYPE) / k ** 0.5).requires_grad_(True),
+                        torch.randn(n, device=device, dtype=DTYPE, requires_grad=True),
+                        torch.randn(tokens, n, device=device, dtype=DTYPE))
+            yield bench.Case(
+                op=f"linear_train_{act}", label=f"{tokens}x{k}->{n}",
+                params={"tokens": tokens, "in": k, "out": n, "dtype": "bf16"}, make_inputs=make,
+                flops=6 * tokens * n * k, ceiling="gemm",
+                impls={"kp-cuda": _train_step(lambda x, w, b, act=act: kp_fused_mlp.linear_act(x, w, b, act, backend="cuda")),
+                       "torch": _train_step(lambda x, w, b, act=act: ACTS[act](F.linear(x, w, b))),
+                       "torch.compile": _train_step(lambda x, w, b, act=act: _compiled(act)(x, w, b))})
+
+
 def cases(quick: bool, device: str):
+    train = [(TRAIN_TOKENS, h, i) for h, i in MLP] + [(TRAIN_TOKENS, i, h) for h, i in MLP]
     if device == "cpu":
         shapes = CPU
     elif quick:
-        shapes = QUICK
+        shapes = {**QUICK, "train": train[:1] + train[2:3]}  # Llama-3-8B's up and down projections
     else:
         shapes = {"gemm": [(8192, 8192, 8192)] + [(8192, h, i) for h, i in MLP] + [(8192, i, h) for h, i in MLP],
-                  "linear_act": [(t, h, i) for h, i in MLP for t in TOKENS]}
+                  "linear_act": [(t, h, i) for h, i in MLP for t in TOKENS], "train": train}
     yield from _gemm_cases(shapes["gemm"], device)
     yield from _linear_act_cases(shapes["linear_act"], device)
+    yield from _train_cases(shapes["train"], device)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@
 #include "gated.cuh"
 #include "glu.cuh"
 #include "kp/py_module.h"
+#include "kp/gemm/scheduler.h"
 #include "linear_act.cuh"
+#include "linear_act_bwd.cuh"
 
 namespace py = pybind11;
 using kp_fused_mlp::GluArgs;
@@ -114,6 +116,65 @@ PYBIND11_MODULE(_C, m) {
   m.def("gemm_configs", &kp_fused_mlp::gemm_config_names, "the rows of the GEMM table (csrc/gemm_table.h)");
   m.def("gemm_plan", &kp_fused_mlp::gemm_plan, py::arg("m"), py::arg("n"), py::arg("k"),
         "the GEMM table row a call of this shape gets");
+  m.def(
+      "linear_act_save",
+      [](uintptr_t x, int64_t x_stride, uintptr_t w, int64_t w_stride, uintptr_t bias, uintptr_t y, uintptr_t z,
+         int64_t m_, int64_t n, int64_t k, int dtype, int act, int config, int device, uintptr_t stream) {
+        kp_fused_mlp::LinearActArgs a{py_ptr(x), x_stride, py_ptr(w), w_stride, py_ptr(bias), py_ptr<void*>(y),
+                                      m_, n, k, dtype, act};
+        kp_fused_mlp::linear_act_save(a, py_ptr<void*>(z), config, device, py_stream(stream));
+      },
+      py::arg("x"), py::arg("x_stride"), py::arg("w"), py::arg("w_stride"), py::arg("bias"), py::arg("y"),
+      py::arg("z"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"), py::arg("act"), py::arg("config"),
+      py::arg("device"), py::arg("stream"),
+      "linear_act's training forward: y as linear_act, and z[m, n] = x @ w^T + bias (contiguous) saved for the "
+      "backward (config: a training row, -1: the pick)");
+  auto grad_gemm = [](auto fn) {
+    return [fn](uintptr_t dp, int64_t dp_stride, uintptr_t other, int64_t other_stride, uintptr_t out, int64_t m_,
+                int64_t n, int64_t k, int dtype, int config, int device, uintptr_t stream) {
+      kp_fused_mlp::GradGemmArgs a{py_ptr(dp), dp_stride, py_ptr(other), other_stride, py_ptr<void*>(out), m_, n, k,
+                                   dtype};
+      fn(a, config, device, py_stream(stream));
+    };
+  };
+  m.def("linear_act_dgrad", grad_gemm(&kp_fused_mlp::linear_act_dgrad), py::arg("dp"), py::arg("dp_stride"),
+        py::arg("w"), py::arg("w_stride"), py::arg("dx"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"),
+        py::arg("config"), py::arg("device"), py::arg("stream"),
+        "dx[m, k] = dp[m, n] @ w[n, k] (w read in place, MN-major); dx contiguous");
+  m.def("linear_act_wgrad", grad_gemm(&kp_fused_mlp::linear_act_wgrad), py::arg("dp"), py::arg("dp_stride"),
+        py::arg("x"), py::arg("x_stride"), py::arg("dw"), py::arg("m"), py::arg("n"), py::arg("k"), py::arg("dtype"),
+        py::arg("config"), py::arg("device"), py::arg("stream"),
+        "dw[n, k] = dp[m, n]^T @ x[m, k] (both read in place, MN-major; fp32 accumulation, one rounding); dw "
+        "contiguous");
+  m.def(
+      "linear_act_dpre",
+      [](uintptr_t dy, int64_t dy_stride, uintptr_t pre, int64_t pre_stride, uintptr_t dp, uintptr_t partial,
+         uintptr_t db, int64_t m_, int64_t n, int dtype, int act, int device, uintptr_t stream) {
+        kp_fused_mlp::DpreArgs a{py_ptr(dy),         dy_stride,          py_ptr(pre), pre_stride, py_ptr<void*>(dp),
+                                 py_ptr<float*>(partial), py_ptr<void*>(db), m_,          n,          dtype,
+                                 act};
+        kp_fused_mlp::linear_act_dpre(a, device, py_stream(stream));
+      },
+      py::arg("dy"), py::arg("dy_stride"), py::arg("pre"), py::arg("pre_stride"), py::arg("dp"), py::arg("partial"),
+      py::arg("db"), py::arg("m"), py::arg("n"), py::arg("dtype"), py::arg("act"), py::arg("device"),
+      py::arg("stream"),
+      "dp = dy * act'(pre) (0: not written) and db = column sums of it in fp32 through partial (fp32 "
+      "[dpre_partial_rows(m, n), n]), rounded once (0: none)");
+  m.def("dpre_partial_rows", &kp_fused_mlp::dpre_partial_rows, py::arg("m"), py::arg("n"), py::arg("device"),
+        "rows of the fp32 scratch linear_act_dpre needs for the bias gradient");
+  m.def("gemm_bwd_configs", &kp_fused_mlp::gemm_bwd_configs, "the GEMM table rows that have training kernels");
+  m.def("gemm_bwd_plan", &kp_fused_mlp::gemm_bwd_plan, py::arg("m"),
+        "the training row a GEMM with m output rows gets");
+  m.def(
+      "gemm_scheduler_override",
+      [](int max_swizzle, int raster) { kp::gemm::set_scheduler_override(max_swizzle, raster); },
+      py::arg("max_swizzle"), py::arg("raster"),
+      "every GEMM of this module from now on: the persistent scheduler's max_swizzle (0: the table row's; 1, 2, 4, "
+      "8) and raster order (-1: the row's; 0 heuristic, 1 along M, 2 along N)");
+  m.def(
+      "gemm_scheduler",
+      []() { return py::make_tuple(kp::gemm::scheduler_swizzle_override(), kp::gemm::scheduler_raster_override()); },
+      "(max_swizzle, raster) as overridden: (0, -1) when the table rows' own apply");
   m.def("gemm_device_problem", &kp_fused_mlp::gemm_device_problem, py::arg("device"),
         "'' when the device can run linear_act's sm90a GEMM, else why not");
 

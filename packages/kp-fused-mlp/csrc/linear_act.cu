@@ -71,11 +71,7 @@ void linear_act(const LinearActArgs& a, int config, int device, cudaStream_t str
   const kp::gemm::Problem p{a.x, a.x_stride, a.w, a.w_stride, a.y, a.n, a.m, a.n, a.k, a.dtype};
   kp::gemm::check_problem(p, 2);
   if (a.m == 0 || a.n == 0) return;
-  // The device's arch, from kp's per-device cache (no driver call on the hot path): an empty
-  // kernel must never run silently where sm_90a machine code cannot (PTX JIT on a newer GPU).
-  const kp::DeviceInfo& info = kp::device_info(device);
-  if (!(kp::gemm::built_for_sm90a() && info.major == 9 && info.minor == 0))
-    KP_CHECK_ARG(false, "linear_act: " + kp::gemm::sm90_device_problem(device));
+  kp::gemm::check_sm90_device(device, "linear_act");
   const int row = config >= 0 ? config : pick_gemm_row(a.m);
   if (a.dtype == kp::kBF16)
     run_dtype<kp::kBF16>(p, a, row, device, stream);

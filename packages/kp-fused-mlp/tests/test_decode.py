@@ -118,7 +118,9 @@ def test_supports_answers():
     # The decode kernel takes any N; the GEMM (decode False) needs multiples of 8.
     assert "N=13" not in (s(True, "cuda", 0, torch.bfloat16, False, 13, 64, True) or "")
     assert "out_features N=13 is not a multiple of 8" in s(True, "cuda", 0, torch.bfloat16, False, 13, 64, False)
-    assert "no backward yet" in s(True, "cuda", 0, torch.bfloat16, True, 64, 64, True)
+    # A call that needs gradients runs the GEMM's training kernels at any M: the GEMM's answers.
+    assert s(True, "cuda", 0, torch.bfloat16, True, 64, 64, True) == s(True, "cuda", 0, torch.bfloat16, True, 64, 64)
+    assert "out_features N=13 is not a multiple of 8" in s(True, "cuda", 0, torch.bfloat16, True, 13, 64, True)
     g = _cuda.gated_linear_supports
     assert g(True, "cuda", 0, torch.float32, False, 64, 64, True).startswith("the cuda level of gated_linear takes")
     # Past the cut, or with a gradient, the gated GEMM serves the call: it needs I a multiple of 8.

@@ -1,7 +1,9 @@
 """linear_act at every level against the float64 oracle: odd and real-model shapes, M = 0 and 1,
 every activation with and without bias, strided inputs, NaN-poisoned outputs, gradients (the
-reference level), bad input and TMA's alignment message, the GEMM tables (cuda and Triton), torch
-integration. The Triton level runs on CPU under Triton's interpreter (no bf16 there)."""
+reference level's autograd; the cuda level's backward and the reference level's registered one),
+bad input and TMA's alignment message, the GEMM tables (cuda, its training rows, and Triton), the
+scheduler override, torch integration. The Triton level runs on CPU under Triton's interpreter
+(no bf16 there)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,7 +13,7 @@ import kp_fused_mlp
 from kp_fused_mlp import _cuda, linear, reference
 from kp_fused_mlp.triton import linear as triton_linear
 from mlp_helpers import kernel_dtype as _kernel_dtype
-from mlp_helpers import skip_interpreted_bf16
+from mlp_helpers import poisoned_outputs, skip_interpreted_bf16
 
 ACTS = list(kp_fused_mlp.ACTIVATIONS)
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -117,10 +119,15 @@ def test_reference_gradients(seed):
         kt.assert_matches_oracle(g, e, name=name)
 
 
-def test_grad_goes_to_reference_under_auto_and_a_named_cuda_refuses(seed):
+def test_grad_calls_have_the_forward_needs_at_the_cuda_level(seed):
+    """A call that needs gradients gets the cuda level where the forward would (same TMA needs);
+    on CPU auto takes the reference."""
+    for n, k in ((8, 16), (4096, 4095), (11007, 4096)):
+        for dtype in (torch.bfloat16, torch.float32):
+            assert _cuda.linear_act_supports(True, "cuda", 0, dtype, True, n, k) == _cuda.linear_act_supports(
+                True, "cuda", 0, dtype, False, n, k)  # fmt: skip
+    assert "backward" not in (_cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, True, 8, 16) or "")
     x, w, _ = _inputs((4, 16), 8, torch.bfloat16, "cpu", seed, False)
-    why = _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, True, 8, 16)
-    assert "no backward yet" in why
     w.requires_grad_(True)
     kp_fused_mlp.linear_act(x, w, None, "relu").float().sum().backward()  # auto: reference
     assert w.grad is not None and w.grad.shape == w.shape
@@ -271,6 +278,278 @@ def test_compile_fullgraph_with_grad_runs_the_reference(seed):
     assert x.grad is not None and w.grad is not None and b.grad is not None
 
 
+# ---- gradients: the cuda level's backward, the reference level's registered one -----------------
+
+# (M, N, K): M odd and under/over a tile (the dW GEMM reduces over M: its K tail); N and K multiples
+# of 8 but of no tile (TMA's need).
+GRAD_SHAPES = [(1, 24, 40), (7, 136, 264), (130, 24, 40), (1031, 136, 264)]
+
+
+def _grad_level(level, dtype):
+    """The cuda level on 16-bit dtypes; the reference level's registered ops in float32 (its
+    public path is plain autograd, test_reference_gradients)."""
+    backend, device = level
+    if backend == "triton":
+        pytest.skip("the Triton level has no backward (test_triton_level_refuses_gradients)")
+    if backend == "cuda" and dtype == torch.float32 or backend == "reference" and dtype != torch.float32:
+        pytest.skip("the cuda level takes 16-bit dtypes; the reference level's math is dtype-independent")
+
+
+def _run_with_grad(backend, x, w, b, act, dy):
+    """(y, dx, dw, db or None) through the public function (cuda) or the registered AutogradOp."""
+    leaves = [t.detach().requires_grad_(True) for t in (x, w, b) if t is not None]
+    xx, ww, bb = leaves[0], leaves[1], (leaves[2] if b is not None else None)
+    if backend == "reference":
+        rows = xx.reshape(-1, xx.shape[-1])
+        y = linear.LINEAR_ACT_GRAD.apply(rows, ww, bb, act, "reference")[0].view(*xx.shape[:-1], -1)
+    else:
+        y = kp_fused_mlp.linear_act(xx, ww, bb, act, backend=backend)
+    with poisoned_outputs(x.device, [dy.numel() * 8, x.numel() * 4, w.numel() * 4]):
+        grads = torch.autograd.grad(y, leaves, dy)
+    return (y, *grads) if b is not None else (y, *grads, None)
+
+
+def _grad_oracle(x, w, b, act, dy):
+    """(float64 gradients, torch's own in the dtype: autograd of F.linear + act)."""
+    def grads(dtype):
+        leaves = [t.detach().to(dtype).requires_grad_(True) for t in (x, w, b) if t is not None]
+        bb = leaves[2] if b is not None else None
+        y = reference.ACTIVATIONS[act](F.linear(leaves[0], leaves[1], bb))
+        return torch.autograd.grad(y, leaves, dy.to(dtype))
+
+    return grads(torch.float64), grads(x.dtype)
+
+
+def _check_grads(got, x, w, b, act, dy, name):
+    want, torch_g = _grad_oracle(x, w, b, act, dy)
+    for what, g, e, t in zip(("dx", "dweight", "dbias"), got, want, torch_g):
+        kt.assert_matches_oracle(g, e, torch_out=t, name=f"{name} {what}")
+
+
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", GRAD_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_gradients_match_oracle(level, shape, dtype, act, with_bias, seed):
+    """dx, dweight, dbias against float64 autograd of the reference and within 2x torch's own error,
+    with NaN-poisoned output buffers; the forward of the training call too."""
+    _grad_level(level, dtype)
+    backend, device = level
+    m, n, k = shape
+    x, w, b = _inputs((m, k), n, dtype, device, seed, with_bias)
+    dy = kt.randn((m, n), dtype=dtype, device=device, seed=seed + 3)
+    y, *grads = _run_with_grad(backend, x, w, b, act, dy)
+    want, torch_y = _oracle(x, w, b, act)
+    kt.assert_matches_oracle(y, want, torch_out=torch_y, name="y")
+    _check_grads([g for g in grads if g is not None], x, w, b, act, dy, f"{backend} {act}")
+
+
+@pytest.mark.parametrize("layout", ["strided-dy", "column-major-dy", "expanded-dy", "batched", "column-major-x",
+                                    "transposed-weight", "aligned-row-strided"])  # fmt: skip
+def test_gradient_layouts(level, layout, seed):
+    """Non-contiguous grad_output (misaligned rows, column-major, expanded from a broadcast), a
+    batched x, a column-major x, a transposed-view weight, aligned row strides read in place."""
+    backend, device = level
+    dtype = _kernel_dtype(backend, device)
+    _grad_level(level, dtype)
+    x, w, b = _inputs((2, 33, 64) if layout == "batched" else (66, 64), 48, dtype, device, seed, True)
+    dy = kt.randn((*x.shape[:-1], 48), dtype=dtype, device=device, seed=seed + 3)
+    if layout == "strided-dy":
+        dy = kt.row_strided(dy, pad=3)
+    elif layout == "column-major-dy":
+        dy = kt.column_major(dy)
+    elif layout == "expanded-dy":
+        dy = dy[:1].expand_as(dy)
+    elif layout == "column-major-x":
+        x = kt.column_major(x)
+    elif layout == "transposed-weight":
+        w = w.t().contiguous().t()
+    elif layout == "aligned-row-strided":
+        x, w, dy = kt.row_strided(x, pad=8), kt.row_strided(w, pad=24), kt.row_strided(dy, pad=16)
+    _, *grads = _run_with_grad(backend, x, w, b, "gelu_tanh", dy)
+    _check_grads(grads, x, w, b, "gelu_tanh", dy, layout)
+
+
+@pytest.mark.parametrize("needs", ["x", "weight", "bias", "weight+bias"])
+def test_gradients_of_some_inputs(level, needs, seed):
+    """Only the gradients asked for are computed (and only what they read is saved)."""
+    backend, device = level
+    dtype = _kernel_dtype(backend, device)
+    _grad_level(level, dtype)
+    x, w, b = _inputs((37, 40), 24, dtype, device, seed, True)
+    dy = kt.randn((37, 24), dtype=dtype, device=device, seed=seed + 3)
+    leaves = {"x": x, "weight": w, "bias": b}
+    for name in needs.split("+"):
+        leaves[name].requires_grad_(True)
+    if backend == "reference":
+        y = linear.LINEAR_ACT_GRAD.apply(x, w, b, "silu", "reference")[0]
+    else:
+        y = kp_fused_mlp.linear_act(x, w, b, "silu", backend=backend)
+    got = torch.autograd.grad(y, [leaves[n] for n in needs.split("+")], dy)
+    want, torch_g = _grad_oracle(x, w, b, "silu", dy)
+    index = {"x": 0, "weight": 1, "bias": 2}
+    for name, g in zip(needs.split("+"), got):
+        kt.assert_matches_oracle(g, want[index[name]], torch_out=torch_g[index[name]], name=name)
+
+
+def test_empty_gradients(level, seed):
+    """M = 0 with gradients: dx empty, dweight and dbias zeros (nothing launched)."""
+    backend, device = level
+    dtype = _kernel_dtype(backend, device)
+    x = torch.empty((0, 16), dtype=dtype, device=device, requires_grad=True)
+    w = kt.randn((8, 16), dtype=dtype, device=device, seed=seed).requires_grad_(True)
+    b = kt.randn((8,), dtype=dtype, device=device, seed=seed + 1).requires_grad_(True)
+    y = kp_fused_mlp.linear_act(x, w, b, "silu", backend=None if backend == "triton" else backend)
+    y.sum().backward()
+    assert x.grad.shape == (0, 16) and torch.equal(w.grad, torch.zeros_like(w)) and torch.equal(b.grad, torch.zeros_like(b))
+
+
+def test_cuda_backward_with_nothing_to_accumulate_launches_nothing():
+    """The cuda level's backward impl at M = 0 or N = 0 returns zeros before any native call, and
+    reads K from whichever of x and weight was saved (runs on CPU)."""
+    none = torch.empty((0,))
+    dy, x, w = torch.empty((0, 8)), torch.empty((0, 16)), torch.ones((8, 16))
+    dx, dw, db = _cuda.linear_act_bwd(dy, x, w, none, "silu", True, True, True)
+    assert dx.shape == (0, 16) and torch.equal(dw, torch.zeros(8, 16)) and torch.equal(db, torch.zeros(8))
+    assert _cuda.linear_act_bwd(dy, x, none, none, "silu", False, True, False)[1].shape == (8, 16)  # no weight saved
+    assert _cuda.linear_act_bwd(dy, none, w, none, "silu", True, False, False)[0].shape == (0, 16)  # no x saved
+    assert _cuda.linear_act_bwd(dy, none, none, none, "silu", False, False, True)[2].shape == (8,)  # bias only
+    dx, dw, db = _cuda.linear_act_bwd(torch.empty((5, 0)), torch.ones(5, 16), torch.ones(0, 16), none, "relu",
+                                      True, True, True)  # fmt: skip
+    assert torch.equal(dx, torch.zeros(5, 16)) and dw.shape == (0, 16) and db.shape == (0,)
+
+
+def test_reference_registered_backward_matches_autograd(seed):
+    """reference.linear_act_bwd (what the registered backward runs there) against autograd of
+    reference.linear_act_fwd, for every activation; relu reads y as its saved tensor."""
+    x, w, b = _inputs((9, 24), 16, torch.float32, "cpu", seed, True)
+    dy = kt.randn((9, 16), seed=seed + 3)
+    for act in ACTS:
+        y, z = reference.linear_act_train(x, w, b, act)
+        assert (z is not None) == (act in reference.SAVES_PRE)
+        pre = y if act == "relu" else z
+        got = reference.linear_act_bwd(dy, x, w, pre, act, True, True, True)
+        want, _ = _grad_oracle(x, w, b, act, dy)
+        for g, e in zip(got, want):
+            kt.assert_matches_oracle(g, e, name=act)
+
+
+def test_double_backward(level, seed):
+    """The reference level is plain autograd; the cuda level refuses a second derivative."""
+    backend, device = level
+    dtype = _kernel_dtype(backend, device)
+    _grad_level(level, dtype)
+    x, w, _ = _inputs((3, 16), 8, dtype, device, seed, False)
+    x, w = x.requires_grad_(True), w.requires_grad_(True)
+    y = kp_fused_mlp.linear_act(x, w, None, "silu", backend=backend)
+    (dx,) = torch.autograd.grad(y.float().sum(), x, create_graph=True)
+    if backend == "reference":
+        (dw,) = torch.autograd.grad((dx**2).sum(), w)
+        assert dw.shape == w.shape
+    else:
+        with pytest.raises(RuntimeError, match="double backward"):
+            (dx.float() ** 2).sum().backward()
+
+
+def test_opcheck_training_ops(level, seed):
+    backend, device = level
+    dtype = _kernel_dtype(backend, device)
+    _grad_level(level, dtype)
+    x, w, b = _inputs((5, 32), 16, dtype, device, seed, True)
+    op = linear.LINEAR_ACT_GRAD
+    xg, wg, bg = (t.clone().requires_grad_(True) for t in (x, w, b))
+    kt.opcheck(op.fwd_op, (xg, wg, bg, "silu", backend))
+    kt.opcheck(op.fwd_op, (xg, wg, None, "relu", backend))
+    kt.opcheck(op.fwd_op, (xg, wg, bg, "none", backend))
+    y, z = op.fwd_op(x, w, b, "gelu", backend)
+    dy = kt.randn((5, 16), dtype=dtype, device=device, seed=seed + 3)
+    kt.opcheck(op.bwd_op, (dy, x, w, z, "gelu", True, True, True, backend))
+    kt.opcheck(op.bwd_op, (dy, x, w, y, "relu", False, True, False, backend))
+    kt.opcheck(op.bwd_op, (dy, x, w, torch.empty(0, dtype=dtype, device=device), "none", True, False, True, backend))
+
+
+def test_compile_fullgraph_forward_and_backward(level, seed):
+    """Traced through the registered training ops (cuda) or as plain torch (reference), forward and
+    the registered backward op, without a graph break."""
+    backend, device = level
+    dtype = _kernel_dtype(backend, device)
+    _grad_level(level, dtype)
+    x, w, b = (t.requires_grad_(True) for t in _inputs((6, 40), 24, dtype, device, seed, True))
+    fn = kt.compiled(lambda a, c, d: kp_fused_mlp.linear_act(a, c, d, "gelu_tanh", backend=backend),
+                     device_type=device)  # fmt: skip
+    y = fn(x, w, b)
+    dy = kt.randn(y.shape, dtype=dtype, device=device, seed=seed + 3)
+    y.backward(dy)
+    want, torch_y = _oracle(x.detach(), w.detach(), b.detach(), "gelu_tanh")
+    kt.assert_matches_oracle(y, want, torch_out=torch_y)
+    _check_grads((x.grad, w.grad, b.grad), x.detach(), w.detach(), b.detach(), "gelu_tanh", dy, "compiled")
+
+
+def test_native_training_functions_check_their_arguments():
+    """The C++ side of the training path raises ValueError before touching a device (runs on CPU)."""
+    mod = _native()
+    g = dict(dp=16, dp_stride=64, dx=16, m=4, n=64, k=64, dtype=2, config=-1, device=0, stream=0)
+    dgrad = dict(g, w=16, w_stride=64)
+    with pytest.raises(ValueError, match="multiples of 8 elements"):
+        mod.linear_act_dgrad(**{**dgrad, "k": 60, "w_stride": 60})
+    with pytest.raises(ValueError, match="GEMM config 0 has no training kernels"):
+        mod.linear_act_dgrad(**{**dgrad, "config": 0})
+    with pytest.raises(ValueError, match="float16 or bfloat16, got float32"):
+        mod.linear_act_dgrad(**{**dgrad, "dtype": 0})
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        mod.linear_act_dgrad(**{**dgrad, "dp": 18})
+    wgrad = {k: v for k, v in g.items() if k != "dx"} | dict(x=16, x_stride=64, dw=16)
+    with pytest.raises(ValueError, match="row stride is shorter than its row"):
+        mod.linear_act_wgrad(**{**wgrad, "x_stride": 56})
+    mod.linear_act_wgrad(**{**wgrad, "m": 0, "k": 0})  # N' = k = 0: nothing to do, no device
+    save = dict(x=16, x_stride=64, w=16, w_stride=64, bias=0, y=16, z=18, m=4, n=64, k=64, dtype=2, act=4, config=-1,
+                device=0, stream=0)  # fmt: skip
+    with pytest.raises(ValueError, match="saved pre-activation z must be a 16-byte aligned"):
+        mod.linear_act_save(**save)
+    dpre = dict(dy=16, dy_stride=64, pre=16, pre_stride=64, dp=16, partial=16, db=16, m=4, n=64, dtype=2, act=4,
+                device=0, stream=0)  # fmt: skip
+    with pytest.raises(ValueError, match="n=60 must be a multiple of 8"):
+        mod.linear_act_dpre(**{**dpre, "n": 60})
+    with pytest.raises(ValueError, match="unknown activation code 9"):
+        mod.linear_act_dpre(**{**dpre, "act": 9})
+    with pytest.raises(ValueError, match="dy rows must be 16-byte aligned"):
+        mod.linear_act_dpre(**{**dpre, "dy_stride": 68})
+    with pytest.raises(ValueError, match="nothing to compute"):
+        mod.linear_act_dpre(**{**dpre, "dp": 0, "db": 0})
+    with pytest.raises(ValueError, match="db needs the fp32 partial buffer"):
+        mod.linear_act_dpre(**{**dpre, "partial": 0})
+    mod.linear_act_dpre(**{**dpre, "m": 0})  # nothing to do
+    assert mod.dpre_partial_rows(0, 64, 0) == 0
+
+
+def test_training_table():
+    mod = _native()
+    assert mod.gemm_bwd_configs() == [2, 3]
+    names = mod.gemm_configs()
+    assert _cuda.gemm_bwd_plan(1) == names[2] and _cuda.gemm_bwd_plan(4096) == names[2]
+    assert _cuda.gemm_bwd_plan(4097) == names[3] and _cuda.gemm_bwd_plan(14336) == names[3]
+
+
+def test_scheduler_override():
+    """Set for the next calls, restored by the context manager; bad values refused (runs on CPU:
+    the override is host state)."""
+    _native()
+    assert _cuda.scheduler() == (0, "row")
+    with _cuda.scheduler_override(4, "along_m"):
+        assert _cuda.scheduler() == (4, "along_m")
+        with _cuda.scheduler_override(8, "along_n"):
+            assert _cuda.scheduler() == (8, "along_n")
+        assert _cuda.scheduler() == (4, "along_m")
+    assert _cuda.scheduler() == (0, "row")
+    with pytest.raises(ValueError, match="max_swizzle must be 0 .* 1, 2, 4 or 8, got 3"):
+        _cuda.scheduler_override(3)
+    with pytest.raises(ValueError, match="raster must be one of row, heuristic, along_m, along_n"):
+        _cuda.scheduler_override(2, "diagonal")
+    with pytest.raises(ValueError, match="raster must be -1"):
+        _cuda.NATIVE.module.gemm_scheduler_override(1, 7)
+    assert _cuda.scheduler() == (0, "row")
+
+
 # ---- GPU only ----------------------------------------------------------------------------------
 
 
@@ -310,7 +589,7 @@ def test_auto_order_on_a_gpu():
     assert linear.LEVELS.resolve("auto", dev, torch.bfloat16, False, 64, 64) == ("cuda" if cuda_ok else "triton")
     assert linear.LEVELS.resolve("auto", dev, torch.float32, False, 64, 64) == "triton"
     assert linear.LEVELS.resolve("auto", dev, torch.bfloat16, False, 64, 63) == "triton"
-    assert linear.LEVELS.resolve("auto", dev, torch.bfloat16, True, 64, 64) == "reference"
+    assert linear.LEVELS.resolve("auto", dev, torch.bfloat16, True, 64, 64) == ("cuda" if cuda_ok else "reference")
     if torch.cuda.get_device_capability(0) == (9, 0) and "90a" in mod.compiled_arch_names():
         assert cuda_ok, "an sm_90 GPU with an sm_90a build must run the cuda level"
 
@@ -335,3 +614,76 @@ def test_other_cuda_devices(backend, seed):
         y = kp_fused_mlp.linear_act(x, w, b, "relu", backend=backend)
     assert y.device == x.device
     kt.assert_matches_oracle(y, _oracle(x, w, b, "relu")[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("act", ["silu", "relu", "none"])
+def test_every_training_row(dtype, act, seed):
+    """Each training row (gemm_bwd_table.h), forced for the training forward, dx and dweight, on
+    shapes with tails in every GEMM dimension (M odd; N, K multiples of 8 but of no tile)."""
+    for config in _native().gemm_bwd_configs():
+        for m, n, k in [(1, 24, 40), (200, 264, 136), (1031, 136, 1032)]:
+            x, w, b = _inputs((m, k), n, dtype, "cuda", seed, True)
+            dy = kt.randn((m, n), dtype=dtype, device="cuda", seed=seed + 3)
+            kt.poison_allocator("cuda", [m * n * 4] * 4)
+            y, z = _cuda.linear_act_train(x, w, b, act, config=config)
+            want, torch_y = _oracle(x, w, b, act)
+            kt.assert_matches_oracle(y, want, torch_out=torch_y, name=f"config {config} y {m}x{n}x{k}")
+            if act in _cuda.SAVES_PRE:
+                z_want = x.double() @ w.double().t() + b.double()
+                kt.assert_matches_oracle(z, z_want, name=f"config {config} z")
+            pre = y if act == "relu" else z
+            kt.poison_allocator("cuda", [m * n * 4] * 4)
+            got = _cuda.linear_act_bwd(dy, x, w, pre, act, True, True, True, config=config)
+            _check_grads(got, x, w, b, act, dy, f"config {config} {act} {m}x{n}x{k}")
+
+
+@pytest.mark.gpu
+def test_backward_is_deterministic(seed):
+    """dweight (one fp32 accumulation over M) and dbias (fixed partial rows) give the same bits twice."""
+    x, w, b = (t.requires_grad_(True) for t in _inputs((3001, 1024), 2048, torch.bfloat16, "cuda", seed, True))
+    dy = kt.randn((3001, 2048), dtype=torch.bfloat16, device="cuda", seed=seed + 3)
+    runs = []
+    for _ in range(2):
+        y = kp_fused_mlp.linear_act(x, w, b, "gelu", backend="cuda")
+        runs.append(torch.autograd.grad(y, (x, w, b), dy))
+    for a, c in zip(*runs):
+        assert torch.equal(a, c)
+
+
+@pytest.mark.gpu
+def test_scheduler_override_changes_no_result(seed):
+    """Every swizzle and raster computes the same product (the order of tiles, not of sums)."""
+    x, w, _ = _inputs((1031, 1024), 4104, torch.bfloat16, "cuda", seed, False)
+    base = kp_fused_mlp.linear_act(x, w, backend="cuda")
+    for swizzle in (1, 2, 4, 8):
+        for raster in ("along_m", "along_n", "heuristic"):
+            with _cuda.scheduler_override(swizzle, raster):
+                assert torch.equal(kp_fused_mlp.linear_act(x, w, backend="cuda"), base), (swizzle, raster)
+
+
+@pytest.mark.gpu
+def test_cuda_training_graph_capture(seed):
+    x, w, b = (t.requires_grad_(True) for t in _inputs((256, 1024), 512, torch.bfloat16, "cuda", seed, True))
+    dy = kt.randn((256, 512), dtype=torch.bfloat16, device="cuda", seed=seed + 3)
+
+    def step(a, c, d):
+        return torch.autograd.grad(kp_fused_mlp.linear_act(a, c, d, "silu", backend="cuda"), (a, c, d), dy)
+
+    got = kt.graph_captured(step, x, w, b)
+    _check_grads(got, x.detach(), w.detach(), b.detach(), "silu", dy, "graph")
+
+
+@pytest.mark.gpu
+def test_training_on_another_cuda_device(seed):
+    """cuda:1 when present, cuda:0 current: the training kernels (forward, dP, both GEMMs, the
+    column sum) run on the tensors' device and its current stream."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one GPU")
+    x, w, b = (t.requires_grad_(True) for t in _inputs((100, 512), 256, torch.bfloat16, "cuda:1", seed, True))
+    dy = kt.randn((100, 256), dtype=torch.bfloat16, device="cuda:1", seed=seed + 3)
+    with torch.cuda.device(0):
+        got = torch.autograd.grad(kp_fused_mlp.linear_act(x, w, b, "gelu", backend="cuda"), (x, w, b), dy)
+    assert all(g.device == x.device for g in got)
+    _check_grads(got, x.detach(), w.detach(), b.detach(), "gelu", dy, "cuda:1")

@@ -1,12 +1,13 @@
 """What compute-sanitizer (memcheck, racecheck) runs over kp-fused-mlp's CUDA kernels: every dtype
 and gated activation (swiglu, geglu exact and tanh), odd and real sizes, strided rows and packed
 halves, forward and backward, each checked against float64; linear_act's sm90 GEMM, every row
-of its table with each epilogue, on shapes with M, N and K tails; and gated_linear's sm90 GEMM
+of its table with each epilogue, on shapes with M, N and K tails; its training path (the Z-saving
+forward, dP with the bias gradient, the dX and dW GEMMs) on each training row; gated_linear's sm90 GEMM
 (the interleaved weight, the gated epilogue's direct stores of h and of the pre-activations), every
 row of its table, both dtypes and activations, on M/H/I tails; the decode kernels of linear_act
 and gated_linear (every decode row, K splits) (tools/gpu_check.sh sanitize).
 
-    python sanitize_fused-mlp.py [glu] [gemm] [gated] [decode]    (default: all four)
+    python sanitize_fused-mlp.py [glu] [gemm] [train] [gated] [decode]    (default: all five)
 """
 import sys
 
@@ -66,6 +67,30 @@ def gemm():  # linear_act's sm90 GEMM
                     kt.assert_matches_oracle(y, want, name=f"linear_act {row} {act} {m}x{k}x{n}")
 
 
+def train():  # linear_act's training path (csrc/linear_act_bwd.cu, dpre.cu) on each training row
+    why = _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, True, 64, 64)
+    if why:  # not an sm_90 GPU
+        return print("train: skipped,", why)
+    for config in _cuda.NATIVE.module.gemm_bwd_configs():
+        for dtype in (torch.float16, torch.bfloat16):
+            for m, k, n in [(1, 40, 24), (77, 200, 264), (130, 1032, 136)]:  # tails of every tile, M odd
+                x = kt.randn((m, k), dtype=dtype, device="cuda", seed=m)
+                w = kt.randn((n, k), dtype=dtype, device="cuda", seed=n) / k**0.5
+                b = kt.randn((n,), dtype=dtype, device="cuda", seed=k)
+                dy = kt.randn((m, n), dtype=dtype, device="cuda", seed=m + n)
+                for bias, act in ((b, "gelu_tanh"), (None, "silu"), (b, "relu"), (b, "none")):
+                    y, z = _cuda.linear_act_train(x, w, bias, act, config=config)
+                    pre = y if act == "relu" else z
+                    dx, dw, db = _cuda.linear_act_bwd(dy, x, w, pre, act, True, True, bias is not None, config=config)
+                    leaves = [t.double().requires_grad_(True) for t in (x, w, b)]
+                    y64 = reference.ACTIVATIONS[act](leaves[0] @ leaves[1].t() + (leaves[2] if bias is not None else 0))
+                    want = torch.autograd.grad(y64, leaves[: 3 if bias is not None else 2], dy.double())
+                    name = f"linear_act train {config} {act} {m}x{k}x{n}"
+                    kt.assert_matches_oracle(y, y64.detach(), name=f"{name} y")
+                    for got, w64, what in zip((dx, dw, db), want, ("dx", "dw", "db")):
+                        kt.assert_matches_oracle(got, w64, name=f"{name} {what}")
+
+
 def gated():
     why = _cuda.gated_linear_supports(True, "cuda", 0, torch.bfloat16, False, 64, 64)
     if why:  # not an sm_90 GPU
@@ -117,7 +142,7 @@ def decode():
                         kt.assert_matches_oracle(h, want, name=f"gated decode {row} {act} {m}x{k}x{n}")
 
 
-PARTS = {"glu": glu, "gemm": gemm, "gated": gated, "decode": decode}
+PARTS = {"glu": glu, "gemm": gemm, "train": train, "gated": gated, "decode": decode}
 for part in sys.argv[1:] or PARTS:
     PARTS[part]()
 torch.cuda.synchronize()

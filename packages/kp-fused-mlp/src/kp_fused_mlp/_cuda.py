@@ -68,14 +68,12 @@ def tma_size_problem(n: int, k: int, itemsize: int) -> Optional[str]:
     return tma_rows_problem((("in_features K", k), ("out_features N", n)), itemsize)
 
 
-def _gemm_call_problem(device_type: str, dtype, grad: bool, what: str, op: str, grad_hint: str) -> Optional[str]:
-    """The first answers of a GEMM op's cuda level: a CUDA device, a 16-bit dtype, no gradient."""
+def _gemm_call_problem(device_type: str, dtype, what: str) -> Optional[str]:
+    """The first answers of a GEMM op's cuda level: a CUDA device, a 16-bit dtype."""
     if device_type != "cuda":
         return f"the tensors are on {device_type}; the CUDA kernels need a CUDA device"
     if dtype not in _GEMM_DTYPES:
         return f"{what} takes float16 and bfloat16, not {dtype}"
-    if grad:
-        return f"the cuda level of {op} has no backward yet (inference only); {grad_hint}"
     return None
 
 
@@ -92,11 +90,12 @@ def decode_k_problem(k: int, itemsize: int) -> Optional[str]:
 def linear_act_supports(forced: bool, device_type: str, device_index, dtype, grad: bool, n: int, k: int,
                         decode: bool = False):  # fmt: skip
     """`decode`: the call has at most DECODE_MAX_M rows (the decode kernel serves it, sm80+);
-    else kp's sm90a GEMM."""
-    why = _gemm_call_problem(device_type, dtype, grad, "the cuda GEMM", "linear_act",
-                             "backend='auto' or 'reference' differentiates it")  # fmt: skip
+    else, and for every call that needs gradients, kp's sm90a GEMM: its training kernels' needs are
+    the forward's (the backward GEMMs read W, dP and x in place, rows of K and N elements)."""
+    why = _gemm_call_problem(device_type, dtype, "the cuda GEMM")
     if why:
         return why
+    decode = decode and not grad  # the decode kernel has no backward
     why = decode_k_problem(k, dtype.itemsize) if decode else tma_size_problem(n, k, dtype.itemsize)
     if why:
         return why
@@ -136,6 +135,18 @@ def _tma_ready(t: torch.Tensor) -> torch.Tensor:
 ACT_CODES = {"none": 0, "relu": 1, "gelu": 2, "gelu_tanh": 3, "silu": 4}  # kp::gemm::Act
 
 
+def _ld(t: torch.Tensor) -> int:
+    """The row stride the native side reads: a single row passes its length."""
+    return t.stride(0) if t.shape[0] > 1 else t.shape[1]
+
+
+def _operands(x, weight, bias):
+    n = weight.shape[0]
+    if bias is not None:
+        bias = _tma_ready(bias.view(1, n)).view(n)
+    return _tma_ready(x), _tma_ready(weight), bias
+
+
 def linear_act_fwd(x: torch.Tensor, weight: torch.Tensor, bias, activation: str, config: int = -1,
                    decode_splits: Optional[int] = None, decode_row: Optional[str] = None) -> torch.Tensor:  # fmt: skip
     """x [M, K] (unit column stride), weight [N, K], bias [N] or None, all one 16-bit dtype;
@@ -146,9 +157,7 @@ def linear_act_fwd(x: torch.Tensor, weight: torch.Tensor, bias, activation: str,
     the decode kernels' K splits (None: its table's); `decode_row`: a decode_configs() name (None:
     the table's by M; forcing one implies the decode config), for sweeps and tests."""
     (m, k), n = x.shape, weight.shape[0]
-    x, weight = _tma_ready(x), _tma_ready(weight)
-    if bias is not None:
-        bias = _tma_ready(bias.view(1, n)).view(n)
+    x, weight, bias = _operands(x, weight, bias)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     index = x.device.index
     if decode_row is not None and config == -1:
@@ -157,17 +166,124 @@ def linear_act_fwd(x: torch.Tensor, weight: torch.Tensor, bias, activation: str,
     row = _decode_row_index(decode_row)
     ws, splits = _decode_workspace(m, n, k, False, x, decode_splits, row) if decode else (None, 0)
     NATIVE.module.linear_act(
-        x.data_ptr(), x.stride(0) if m > 1 else k, weight.data_ptr(), weight.stride(0) if n > 1 else k,
-        0 if bias is None else bias.data_ptr(), y.data_ptr(), m, n, k, dtypes.code(x.dtype),
-        ACT_CODES[activation], config, index, current_stream(index), 0 if ws is None else ws.data_ptr(), splits, row,
+        x.data_ptr(), _ld(x), weight.data_ptr(), _ld(weight), 0 if bias is None else bias.data_ptr(), y.data_ptr(),
+        m, n, k, dtypes.code(x.dtype), ACT_CODES[activation], config, index, current_stream(index),
+        0 if ws is None else ws.data_ptr(), splits, row,
     )  # fmt: skip
     return y
+
+
+# The activations whose backward reads Z = x W^T + b (saved by the training forward's epilogue);
+# relu's reads y (relu'(z) = [y > 0]) and none's nothing: those run the inference kernels.
+SAVES_PRE = ("gelu", "gelu_tanh", "silu")
+
+
+def linear_act_train(x: torch.Tensor, weight: torch.Tensor, bias, activation: str, config: int = -1):
+    """The forward of a call that needs gradients: (y, Z [M, N] contiguous, or None where the
+    backward does not read it). config: a training row (gemm_bwd_configs()) or -1."""
+    if activation not in SAVES_PRE:
+        return linear_act_fwd(x, weight, bias, activation, config), None
+    (m, k), n = x.shape, weight.shape[0]
+    x, weight, bias = _operands(x, weight, bias)
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    z = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    index = x.device.index
+    NATIVE.module.linear_act_save(
+        x.data_ptr(), _ld(x), weight.data_ptr(), _ld(weight), 0 if bias is None else bias.data_ptr(), y.data_ptr(),
+        z.data_ptr(), m, n, k, dtypes.code(x.dtype), ACT_CODES[activation], config, index, current_stream(index),
+    )  # fmt: skip
+    return y, z
+
+
+def linear_act_bwd(dy, x, weight, pre, activation: str, need_dx: bool, need_dw: bool, need_db: bool, config: int = -1):
+    """(dx [M, K], dweight [N, K], dbias [N]), each None where not needed. dy [M, N] rows; x [M, K]
+    (read when need_dw), weight [N, K] (read when need_dx); pre: Z, or y for relu, or nothing for
+    none. dP = dy act'(pre) (one elementwise pass; dy itself for none), then two GEMMs that read
+    dP, W and x in place: dx = dP W, dweight = dP^T x (fp32 accumulation over M, one rounding)."""
+    m, n = dy.shape
+    k = weight.shape[1] if need_dx else x.shape[1] if need_dw else 0  # only dx and dw have K columns
+    opts = dict(dtype=dy.dtype, device=dy.device)
+    if m == 0 or n == 0 or (k == 0 and not need_db):  # nothing to accumulate
+        return (dy.new_zeros((m, k)) if need_dx else None, dy.new_zeros((n, k)) if need_dw else None,
+                dy.new_zeros((n,)) if need_db else None)  # fmt: skip
+    mod, index, code = NATIVE.module, dy.device.index, dtypes.code(dy.dtype)
+    stream = current_stream(index)
+    dy = _tma_ready(dy)
+    db = torch.empty((n,), **opts) if need_db else None
+    partial = torch.empty((mod.dpre_partial_rows(m, n, index), n), dtype=torch.float32, device=dy.device) if need_db else None
+    if activation == "none":
+        dp = dy
+        if need_db:
+            mod.linear_act_dpre(dy.data_ptr(), _ld(dy), 0, 0, 0, partial.data_ptr(), db.data_ptr(), m, n, code,
+                                ACT_CODES[activation], index, stream)  # fmt: skip
+    else:
+        pre = _tma_ready(pre)
+        dp = torch.empty((m, n), **opts) if need_dx or need_dw else None  # the bias gradient alone: no dP
+        mod.linear_act_dpre(dy.data_ptr(), _ld(dy), pre.data_ptr(), _ld(pre), 0 if dp is None else dp.data_ptr(),
+                            0 if partial is None else partial.data_ptr(), 0 if db is None else db.data_ptr(), m, n,
+                            code, ACT_CODES[activation], index, stream)  # fmt: skip
+    dx = dw = None
+    if k == 0:  # x [M, 0]: the bias gradient alone is nonzero
+        return dy.new_zeros((m, 0)) if need_dx else None, dy.new_zeros((n, 0)) if need_dw else None, db
+    if need_dx:
+        weight = _tma_ready(weight)
+        dx = torch.empty((m, k), **opts)
+        mod.linear_act_dgrad(dp.data_ptr(), _ld(dp), weight.data_ptr(), _ld(weight), dx.data_ptr(), m, n, k, code,
+                             config, index, stream)  # fmt: skip
+    if need_dw:
+        x = _tma_ready(x)
+        dw = torch.empty((n, k), **opts)
+        mod.linear_act_wgrad(dp.data_ptr(), _ld(dp), x.data_ptr(), _ld(x), dw.data_ptr(), m, n, k, code, config,
+                             index, stream)  # fmt: skip
+    return dx, dw, db
 
 
 def gemm_plan(m: int, n: int, k: int) -> str:
     """The name of the config a call of this shape gets: a GEMM table row (csrc/gemm_table.h), or
     "decode_gemv" (csrc/decode_table.h) where decode_serves_linear(m, n, k)."""
     return NATIVE.module.gemm_configs()[NATIVE.module.gemm_plan(m, n, k)]
+
+
+def gemm_bwd_plan(m: int) -> str:
+    """The training row (csrc/gemm_bwd_table.h) of a GEMM with m output rows: the training forward
+    and dx at m = tokens, dweight at m = out_features."""
+    return NATIVE.module.gemm_configs()[NATIVE.module.gemm_bwd_plan(m)]
+
+
+RASTERS = {"row": -1, "heuristic": 0, "along_m": 1, "along_n": 2}  # kp::gemm::Sm90Raster codes; "row": the table's
+
+
+class scheduler_override:
+    """Every GEMM of this module, from now on: the persistent tile scheduler's max_swizzle (1, 2, 4
+    or 8 tiles walked together; 0: each table row's own) and raster order ("along_m", "along_n",
+    "heuristic"; "row": each row's own). Run-time arguments of the kernels, not new kernels: for
+    sweeps (tools/gemm_scheduler_sweep.py). As a context manager it restores the previous setting
+    on exit:
+
+        with _cuda.scheduler_override(4, "along_m"):
+            ...
+    """
+
+    def __init__(self, max_swizzle: int = 0, raster: str = "row"):
+        if raster not in RASTERS:
+            raise ValueError(f"scheduler_override: raster must be one of {', '.join(RASTERS)}, got {raster!r}")
+        if not NATIVE.loaded:
+            raise RuntimeError(f"scheduler_override: kp_fused_mlp's CUDA level is not loaded ({NATIVE.error})")
+        self.previous = tuple(NATIVE.module.gemm_scheduler())
+        NATIVE.module.gemm_scheduler_override(int(max_swizzle), RASTERS[raster])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        NATIVE.module.gemm_scheduler_override(*self.previous)
+        return False
+
+
+def scheduler() -> tuple:
+    """(max_swizzle, raster) as overridden now: (0, "row") when each table row's own apply."""
+    swizzle, raster = NATIVE.module.gemm_scheduler()
+    return swizzle, {v: k for k, v in RASTERS.items()}[raster]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,8 +414,9 @@ def gated_linear_supports(forced: bool, device_type: str, device_index, dtype, g
                           decode: bool = False):  # fmt: skip
     """gated_linear's cuda level: the decode kernel for inference calls of at most DECODE_MAX_M rows
     (`decode`; sm80+, any I), else the gated GEMM (sm90a, I and H multiples of 8, with a gradient
-    too: the forward saves the pre-activations and the Triton level's backward runs)."""
-    why = _gemm_call_problem(device_type, dtype, False, "the cuda level of gated_linear", "gated_linear", "")
+    too: the forward saves the pre-activations; the backward is the Triton level's dP kernel and
+    linear_act's CUDA backward GEMMs)."""
+    why = _gemm_call_problem(device_type, dtype, "the cuda level of gated_linear")
     if why:
         return why
     if decode and not grad:
@@ -313,8 +430,8 @@ def gated_linear_supports(forced: bool, device_type: str, device_index, dtype, g
     if why:
         return why
     if grad and not triton_importable():
-        return ("the cuda level's backward runs the Triton level's kernels (no CUDA backward GEMMs yet), and "
-                "triton is not installed")  # fmt: skip
+        return ("the cuda level's backward computes dP with the Triton level's elementwise kernel, and triton "
+                "is not installed")  # fmt: skip
     if not NATIVE.loaded:
         return NATIVE.error
     return NATIVE.device_problem(device_index) or _gemm_device_problem(device_index)
@@ -360,11 +477,13 @@ def gated_linear_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, sa
 
 
 def gated_linear_bwd(dh, x, w, pre, activation: str, need_dx: bool, need_dw: bool, need_db: bool):
-    """The Triton level's backward (dP elementwise, dx and dW on its tl.dot GEMM) from the P the cuda
-    forward saved in the same layout: the CUDA backward GEMMs (MN-major operands) are not here yet."""
-    from .triton.gated import gated_linear_bwd as triton_bwd
+    """dP = [dh up act'(gate) | dh act(gate)] [M, 2I] by the Triton level's elementwise kernel (from
+    the P the cuda forward saved, in the same layout), then linear_act's CUDA backward on it with
+    activation none: dx = dP W and dW = dP^T x as sm90 GEMMs reading W (the caller's [Wg; Wu], not
+    the interleaved copy), dP and x in place; dbias as deterministic fp32 column sums of dP."""
+    from .triton.gated import gated_pre_grad
 
-    return triton_bwd(dh, x, w, pre, activation, need_dx, need_dw, need_db)
+    return linear_act_bwd(gated_pre_grad(dh, pre, activation), x, w, None, "none", need_dx, need_dw, need_db)
 
 
 def gated_plan(m: int) -> str:

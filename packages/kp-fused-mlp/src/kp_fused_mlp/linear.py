@@ -2,14 +2,19 @@
 epilogue (one pass over y instead of three). Activations: none, relu, gelu (erf), gelu_tanh, silu.
 
 Levels: reference (plain PyTorch, fp32 math rounded once; differentiable), cuda (kp's sm90a GEMM:
-float16/bfloat16 on an H100/H200, forward only for now), triton (a tiled tl.dot GEMM with the same
+float16/bfloat16 on an H100/H200, forward and backward), triton (a tiled tl.dot GEMM with the same
 epilogue: float32/float16/bfloat16, any shape and strides, forward only; on CPU only when named,
 under TRITON_INTERPRET=1).
 
-Built on kp_core.op like glu.py, without an AutogradOp: no kernel level has a backward yet, so a
-call that needs gradients resolves to the reference level (a named cuda or triton backend refuses
-it). The registered op `torch.ops.kp_fused_mlp.linear_act` is what torch.compile traces for the
-kernel levels.
+Built on kp_core.op like gated.py. Two kinds of call:
+* no gradient: the registered op `torch.ops.kp_fused_mlp.linear_act` (what torch.compile traces),
+  or the level's function directly when eager;
+* a gradient (cuda level): an AutogradOp, `linear_act_train` -> (y, Z) and `linear_act_bwd`. The
+  forward saves Z = x W^T + b through the GEMM epilogue's aux store where the backward reads it
+  (gelu, gelu_tanh, silu; relu's backward reads y, none's nothing); the backward is dP = dY act'(Z)
+  (elementwise, with the bias gradient as fp32 column sums) and two GEMMs reading dP, W and x in
+  place: dx = dP W, dW = dP^T x. The reference level's public path is plain autograd instead (any
+  order, forward mode); its registered ops compute what the cuda level does, in torch.
 """
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from typing import Optional
 import torch
 from kp_core import registry
 from kp_core.dtypes import FLOATING
-from kp_core.op import Levels, as_rows, check_tensor, triton_supports
+from kp_core.op import AutogradOp, Levels, as_rows, check_tensor, empty, saveable, triton_supports
 
 from . import reference
 from ._cuda import DECODE_MAX_M, decode_serves_linear
@@ -67,8 +72,8 @@ def linear_decodes(x: torch.Tensor, n: int, k: int) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# The registered op: [M, K] rows in, [M, N] out; M, N, K > 0. What torch.compile traces and
-# opcheck checks. No autograd: calls that need gradients never reach it.
+# The registered ops: [M, K] rows in, [M, N] out; M, N, K > 0. What torch.compile traces and
+# opcheck checks. `linear_act` serves calls without gradients; the AutogradOp the others.
 
 
 def _op_impl(x, weight, bias, activation, backend):
@@ -84,6 +89,69 @@ LINEAR_ACT = registry.define(
     "linear_act(Tensor x, Tensor weight, Tensor? bias, str activation, str backend) -> Tensor",
     _op_impl,
     _op_fake,
+)
+
+# The activations whose backward reads the saved pre-activation Z (reference.SAVES_PRE).
+SAVES_PRE = reference.SAVES_PRE
+
+
+def _train_fake(x, weight, bias, activation, backend):
+    m, n = x.shape[0], weight.shape[0]
+    return x.new_empty((m, n)), (x.new_empty((m, n)) if activation in SAVES_PRE else empty(x))
+
+
+def _bwd_fake(dy, x, weight, pre, activation, need_dx, need_dw, need_db, backend):
+    m, n = dy.shape
+    return (
+        dy.new_empty((m, weight.shape[1])) if need_dx else empty(dy),
+        dy.new_empty((n, x.shape[1])) if need_dw else empty(dy),
+        dy.new_empty((n,)) if need_db else empty(dy),
+    )
+
+
+def _setup_context(ctx, inputs, output):
+    x, weight, bias, activation, backend = inputs
+    y, pre = output
+    ctx.needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], bias is not None and ctx.needs_input_grad[2])
+    need_dx, need_dw, _ = ctx.needs
+    # What the backward reads, only: W for dx, x for dW; Z, or y for relu (relu'(z) = [y > 0]).
+    saved_pre = y if activation == "relu" else (pre if activation in SAVES_PRE else None)
+    ctx.save_for_backward(saveable(x) if need_dw else None, saveable(weight) if need_dx else None, saved_pre)
+    ctx.meta = (activation, backend)
+    if pre is not None:
+        ctx.mark_non_differentiable(pre)
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, run_bwd, dy, dpre):
+    x, weight, pre = ctx.saved_tensors
+    activation, backend = ctx.meta
+    need_dx, need_dw, need_db = ctx.needs
+    if dy is None or not any(ctx.needs):
+        return None, None, None, None, None
+    twice = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (dy, x, weight))
+    with torch.no_grad():
+        placeholder = dy.new_empty((0,))
+        dx, dw, db = run_bwd(as_rows(dy, dy.shape[-1]), placeholder if x is None else x,
+                             placeholder if weight is None else weight, placeholder if pre is None else pre,
+                             activation, need_dx, need_dw, need_db, backend)  # fmt: skip
+    grads = (dx if need_dx else None, dw if need_dw else None, db if need_db else None)
+    if twice:  # create_graph=True: these gradients carry a node that refuses a second differentiation
+        grads = registry.once_differentiable(grads, f"kp_fused_mlp.linear_act: the {backend} backend")
+    return (*grads, None, None)
+
+
+LINEAR_ACT_GRAD = AutogradOp(
+    "kp_fused_mlp",
+    LEVELS,
+    fwd_schema="linear_act_train(Tensor x, Tensor weight, Tensor? bias, str activation, str backend) "
+    "-> (Tensor, Tensor)",
+    fwd_fake=_train_fake,
+    bwd_schema="linear_act_bwd(Tensor dy, Tensor x, Tensor weight, Tensor pre, str activation, bool need_dx, "
+    "bool need_dw, bool need_db, str backend) -> (Tensor, Tensor, Tensor)",
+    bwd_fake=_bwd_fake,
+    setup_context=_setup_context,
+    backward=_backward,
 )
 
 
@@ -148,21 +216,28 @@ def linear_act(
     or None; one dtype for all (float32, float16, bfloat16). `activation`: "none", "relu", "gelu",
     "gelu_tanh" (gelu with approximate="tanh") or "silu". Returns [..., out_features].
 
-    The cuda level needs float16/bfloat16 and no gradient. Up to 8 rows, 16 where out_features <=
-    in_features (`_cuda.decode_serves_linear`), it runs its decode kernels (sm80 or newer, in_features a multiple of 8: it streams the weight in
-    16-byte packets); more rows run kp's GEMM (an sm_90 GPU, in_features and out_features multiples
-    of 8: TMA moves 16-byte rows). A named backend="cuda" says what to pad to. The triton level
-    takes any float dtype, shape and strides on a GPU, and no gradient.
+    The cuda level needs float16/bfloat16. Without a gradient, up to 8 rows, 16 where out_features
+    <= in_features (`_cuda.decode_serves_linear`), it runs its decode kernels (sm80 or newer,
+    in_features a multiple of 8: it streams the weight in 16-byte packets); more rows, and calls
+    that need gradients, run kp's GEMM (an sm_90 GPU, in_features and out_features multiples of 8:
+    TMA moves 16-byte rows), which differentiates x, weight and bias (first derivatives). A named
+    backend="cuda" says what to pad to. The triton level takes any float dtype, shape and strides
+    on a GPU, and no gradient.
     `backend`: "auto" (default), "cuda", "triton" or "reference".
     """
     _check(x, weight, bias, activation)
-    name, _, compiling = level(x, weight, bias, backend)
+    name, grad, compiling = level(x, weight, bias, backend)
     n, k = weight.shape
     if name == "reference" or x.numel() == 0 or n == 0:  # empty (M, N or K = 0): nothing to launch
         return reference.linear_act_fwd(x, weight, bias, activation)
     rows = as_rows(x, k)
     if compiling:
-        y = LINEAR_ACT(rows, weight, bias, activation, name)
+        if grad:
+            y, _ = LINEAR_ACT_GRAD.fwd_op(rows, weight, bias, activation, name)
+        else:
+            y = LINEAR_ACT(rows, weight, bias, activation, name)
+    elif grad:
+        y, _ = LINEAR_ACT_GRAD.apply(rows, weight, bias, activation, name)
     else:
         y = LEVELS.impl(name, "linear_act_fwd")(rows, weight, bias, activation)
     return y.view(*x.shape[:-1], n)

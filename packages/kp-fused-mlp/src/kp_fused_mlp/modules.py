@@ -71,8 +71,10 @@ class GatedMLP(nn.Module):
             # decode kernel reads it at copy speed, where cuBLAS's GEMV does not); the module
             # stays an nn.Linear (state dict, Parameters), only its call is replaced. Past
             # linear_act's decode cut for the down shape, kp's GEMM is no faster than cuBLAS at a
-            # few tokens (H200: 32 x 14336 -> 4096, 52.8 us against 42.5): the module runs.
-            if linear.level(h, down.weight, down.bias, "auto")[0] == "cuda":
+            # few tokens (H200: 32 x 14336 -> 4096, 52.8 us against 42.5): the module runs; so does
+            # it for calls that need gradients (linear_act's cuda level would run its GEMM then).
+            down_level, grad, _ = linear.level(h, down.weight, down.bias, "auto")
+            if down_level == "cuda" and not grad:
                 return linear_act(h, down.weight, down.bias, backend="cuda")
         return down(h)
 

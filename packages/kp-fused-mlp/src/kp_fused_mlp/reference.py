@@ -89,6 +89,42 @@ def linear_act_fwd(
     return ACTIVATIONS[activation](y).to(out_dtype or x.dtype)
 
 
+# linear_act's training path at this level, as the registered ops run it (the public function
+# differentiates linear_act_fwd with autograd instead): what the kernel levels compute, in plain torch.
+# The activations whose backward reads Z = x W^T + b; relu's reads y (relu'(z) = [y > 0]), none's nothing.
+SAVES_PRE = ("gelu", "gelu_tanh", "silu")
+
+
+def act_grad(z: torch.Tensor, activation: str) -> torch.Tensor:
+    """act'(z) in z's dtype, written out (relu: [z > 0], torch's threshold_backward)."""
+    if activation == "none":
+        return torch.ones_like(z)
+    if activation == "relu":
+        return (z > 0).to(z.dtype)
+    return activation_and_grad(z, activation)[1]
+
+
+def linear_act_train(x, weight, bias, activation: str):
+    """(y, Z in x's dtype or None): the forward of a call that needs gradients."""
+    with torch.autocast(x.device.type, enabled=False):
+        z = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+        return ACTIVATIONS[activation](z).to(x.dtype), (z.to(x.dtype) if activation in SAVES_PRE else None)
+
+
+def linear_act_bwd(dy, x, weight, pre, activation: str, need_dx: bool, need_dw: bool, need_db: bool):
+    """dP = dy act'(pre) in fp32 (pre: Z, or y for relu), rounded once for the GEMMs; dx = dP W,
+    dw = dP^T x, dbias = column sums of the fp32 dP (as the cuda level)."""
+    with torch.autocast(dy.device.type, enabled=False):
+        d = dy.float()
+        if activation != "none":
+            d = d * act_grad(pre.float(), activation)
+        dp = d.to(dy.dtype).float()
+        dx = (dp @ weight.float()).to(dy.dtype) if need_dx else None
+        dw = (dp.t() @ x.float()).to(dy.dtype) if need_dw else None
+        db = d.sum(0).to(dy.dtype) if need_db else None
+        return dx, dw, db
+
+
 # gated_linear: h = act(x Wg^T + bg) * (x Wu^T + bu), w = [Wg; Wu] [2I, H], bias = [bg; bu] [2I].
 GATES = {"silu": F.silu, "gelu_tanh": ACTIVATIONS["gelu_tanh"]}
 

@@ -35,5 +35,18 @@ struct BiasAct {
   };
 };
 
+// D = act(acc + bias[n]) as BiasAct, and Aux = acc + bias[n] (the pre-activation Z, rounded to D's
+// dtype): what a backward needs for act'(Z). Aux is [M, N] row-major, row stride aux_ld (elements),
+// 16-byte aligned with 16-byte row strides (TMA stores it, like D).
+struct BiasActAux {
+  static constexpr const char* name = "bias_act_aux";
+  struct Args {
+    const void* bias = nullptr;
+    int act = 0;
+    void* aux = nullptr;
+    int64_t aux_ld = 0;
+  };
+};
+
 }  // namespace epi
 }  // namespace kp::gemm

@@ -19,6 +19,7 @@
 #include <cutlass/array.h>
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/fusion/operations.hpp>
+#include <cutlass/layout/matrix.h>
 
 #include <type_traits>
 
@@ -91,6 +92,27 @@ struct Sm90Fusion<epi::BiasAct, ElementD, TileShape> {
     f.beta = 0.f;
     f.bias_ptr = static_cast<const Bias*>(a.bias);
     f.activation.act = a.act;
+  }
+};
+
+// D = act(1 * acc + bias[n]) and Aux = 1 * acc + bias[n]: CUTLASS's per-column-bias + activation
+// tree with an aux store node between the bias and the activation (Sm90AuxStore: staged through
+// smem, stored by TMA like D). Aux has D's dtype: the saved pre-activation is rounded once, as the
+// output is.
+template <class ElementD, class TileShape>
+struct Sm90Fusion<epi::BiasActAux, ElementD, TileShape> {
+  using Op = cutlass::epilogue::fusion::LinCombPerColBiasEltActAux<cutlass::layout::RowMajor, RuntimeAct, ElementD,
+                                                                   float, ElementD, ElementD, void, float>;
+  template <class FusionArgs>
+  static void fill(FusionArgs& f, const epi::BiasActAux::Args& a) {
+    using Bias = std::remove_cv_t<std::remove_pointer_t<decltype(f.bias_ptr)>>;
+    using Aux = std::remove_pointer_t<decltype(f.aux_ptr)>;
+    f.alpha = 1.f;
+    f.beta = 0.f;
+    f.bias_ptr = static_cast<const Bias*>(a.bias);
+    f.activation.act = a.act;
+    f.aux_ptr = static_cast<Aux*>(a.aux);
+    f.dAux = cute::make_stride(a.aux_ld, cute::Int<1>{}, int64_t(0));
   }
 };
 

@@ -36,8 +36,8 @@ template <int DType> struct CutlassElement;
 template <> struct CutlassElement<kF16> { using type = cutlass::half_t; };
 template <> struct CutlassElement<kBF16> { using type = cutlass::bfloat16_t; };
 
-// The CUTLASS types of one table row, dtype and epilogue kind.
-template <int DType, class Config, class Kind>
+// The CUTLASS types of one table row, dtype, epilogue kind and operand layout.
+template <int DType, class Config, class Kind, Operands Ops = Operands::kKK>
 struct Sm90Types {
   static constexpr Sm90TileConfig c = Config::value;
   using T = typename CutlassElement<DType>::type;
@@ -50,6 +50,12 @@ struct Sm90Types {
   using EpilogueSchedule = std::conditional_t<kCooperative, cutlass::epilogue::TmaWarpSpecializedCooperative,
                                               cutlass::epilogue::TmaWarpSpecialized>;
   using Fusion = Sm90Fusion<Kind, T, TileShape>;
+  // CUTLASS's layout tags name the GEMM operands A (M x K) and B (K x N): RowMajor A and
+  // ColumnMajor B are K-major; ColumnMajor A and RowMajor B are MN-major (the builders then pick
+  // the transposed smem layouts that wgmma reads with .tnspA / .tnspB).
+  static constexpr bool kAMn = a_mn_major(Ops), kBMn = b_mn_major(Ops);
+  using LayoutA = std::conditional_t<kAMn, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  using LayoutB = std::conditional_t<kBMn, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>;
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -61,8 +67,8 @@ struct Sm90Types {
   // The mainloop gets the smem the epilogue leaves: as many pipeline stages as fit.
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-      T, cutlass::layout::RowMajor, kAlign,     // A [M, K]: K-major
-      T, cutlass::layout::ColumnMajor, kAlign,  // B [N, K] row-major = a K x N column-major operand: K-major
+      T, LayoutA, kAlign,  // forward: A = x [M, K] row-major, K-major
+      T, LayoutB, kAlign,  // forward: B = W [N, K] row-major = a K x N column-major operand, K-major
       float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       MainloopSchedule>::CollectiveOp;
@@ -135,32 +141,32 @@ void sm90_launch(typename Kernel::Arguments& args, const Sm90TileConfig& c, int 
 
 }  // namespace detail
 
-template <int DType, class Config, class Kind>
-const void* Sm90Gemm<DType, Config, Kind>::kernel() {
-  using Kernel = typename detail::Sm90Types<DType, Config, Kind>::Kernel;
+template <int DType, class Config, class Kind, Operands Ops>
+const void* Sm90Gemm<DType, Config, Kind, Ops>::kernel() {
+  using Kernel = typename detail::Sm90Types<DType, Config, Kind, Ops>::Kernel;
   return reinterpret_cast<const void*>(&sm90_gemm_kernel<Kernel>);
 }
 
-template <int DType, class Config, class Kind>
-int Sm90Gemm<DType, Config, Kind>::smem_bytes() {
-  return detail::Sm90Types<DType, Config, Kind>::Kernel::SharedStorageSize;
+template <int DType, class Config, class Kind, Operands Ops>
+int Sm90Gemm<DType, Config, Kind, Ops>::smem_bytes() {
+  return detail::Sm90Types<DType, Config, Kind, Ops>::Kernel::SharedStorageSize;
 }
 
-template <int DType, class Config, class Kind>
-int Sm90Gemm<DType, Config, Kind>::threads() {
-  return detail::Sm90Types<DType, Config, Kind>::Kernel::MaxThreadsPerBlock;
+template <int DType, class Config, class Kind, Operands Ops>
+int Sm90Gemm<DType, Config, Kind, Ops>::threads() {
+  return detail::Sm90Types<DType, Config, Kind, Ops>::Kernel::MaxThreadsPerBlock;
 }
 
-template <int DType, class Config, class Kind>
-void Sm90Gemm<DType, Config, Kind>::run(const Problem& p, const typename Kind::Args& e, int device,
-                                        cudaStream_t stream) {
-  using Ty = detail::Sm90Types<DType, Config, Kind>;
+template <int DType, class Config, class Kind, Operands Ops>
+void Sm90Gemm<DType, Config, Kind, Ops>::run(const Problem& p, const typename Kind::Args& e, int device,
+                                             cudaStream_t stream) {
+  using Ty = detail::Sm90Types<DType, Config, Kind, Ops>;
   using Kernel = typename Ty::Kernel;
   using T = typename Ty::T;
   constexpr Sm90TileConfig c = Ty::c;
   KP_CHECK_ARG(p.dtype == DType, std::string("gemm: dtype code ") + std::to_string(p.dtype) + " given to the " +
                                      dtype_name(DType) + " kernel");
-  check_problem(p, sizeof(T));
+  check_problem(p, sizeof(T), Ops);
   if (p.m == 0 || p.n == 0) return;
   DeviceGuard guard(device);
 
@@ -168,16 +174,18 @@ void Sm90Gemm<DType, Config, Kind>::run(const Problem& p, const typename Kind::A
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
   args.problem_shape = {static_cast<int>(p.m), static_cast<int>(p.n), static_cast<int>(p.k), 1};
   args.mainloop.ptr_A = static_cast<const T*>(p.a);
-  args.mainloop.dA = cute::make_stride(p.lda, cute::Int<1>{}, int64_t(0));
+  if constexpr (Ty::kAMn) args.mainloop.dA = cute::make_stride(cute::Int<1>{}, p.lda, int64_t(0));
+  else args.mainloop.dA = cute::make_stride(p.lda, cute::Int<1>{}, int64_t(0));
   args.mainloop.ptr_B = static_cast<const T*>(p.b);
-  args.mainloop.dB = cute::make_stride(p.ldb, cute::Int<1>{}, int64_t(0));
+  if constexpr (Ty::kBMn) args.mainloop.dB = cute::make_stride(cute::Int<1>{}, p.ldb, int64_t(0));
+  else args.mainloop.dB = cute::make_stride(p.ldb, cute::Int<1>{}, int64_t(0));
   args.epilogue.ptr_C = nullptr;
   args.epilogue.dC = cute::make_stride(p.ldd, cute::Int<1>{}, int64_t(0));
   args.epilogue.ptr_D = static_cast<T*>(p.d);
   args.epilogue.dD = cute::make_stride(p.ldd, cute::Int<1>{}, int64_t(0));
   Ty::Fusion::fill(args.epilogue.thread, e);
 
-  detail::sm90_launch<Kernel>(args, c, device, stream);
+  detail::sm90_launch<Kernel>(args, with_scheduler_override(c), device, stream);
 }
 
 }  // namespace kp::gemm
