@@ -14,6 +14,8 @@ tokens also hidden 8192, intermediate 28672:
 - `gated_linear_fwd`: the fused half alone (x -> [tokens, intermediate]) against F.linear onto
   the packed weight then silu(gate) * up, eager and compiled.
 - `gated_mlp_train`: forward and backward of the block (gradients of x and every weight).
+QuACK (quack_baselines.py: its gated GEMM with the activation in the epilogue, then its down GEMM,
+forward and backward, on the same weights) where it is installed.
 Compute-bound from 1024 tokens (the ceiling is the measured GEMM peak); at 1-64 tokens the call
 streams the weights (GB/s against copy bandwidth).
 """
@@ -27,6 +29,7 @@ from kp_core import bench
 from torch import nn
 
 kp_fused_mlp = bench.require("kp_fused_mlp", "bench_gated_mlp", "pip install -e packages/kp-core -e packages/kp-fused-mlp")
+import quack_baselines as quack  # noqa: E402  (beside this script; without QuACK its rows are skipped)
 
 DTYPE, BF16 = torch.bfloat16, 2  # bytes per element
 MLP = (4096, 14336)  # Llama-3-8B (hidden, intermediate)
@@ -52,14 +55,19 @@ class UnfusedMLP(nn.Module):
 
 @functools.cache
 def _modules(hidden, inter, device):
-    """(unfused, compiled unfused, {"kp-triton": GatedMLP, "kp-cuda": GatedMLP}), one set of weights."""
+    """(unfused, compiled unfused, {"kp-triton": GatedMLP, "kp-cuda": GatedMLP}, {"quack": its MLP}
+    or {} without QuACK), one set of weights."""
     torch.manual_seed(0)
     unfused = UnfusedMLP(hidden, inter, device)
     kp = {}
     for name, backend in (("kp-cuda", "cuda"), ("kp-triton", "triton")):
         kp[name] = kp_fused_mlp.GatedMLP(hidden, inter, device=device, dtype=DTYPE, backend=backend)
         kp[name].load_state_dict(unfused.state_dict())
-    return unfused, torch.compile(unfused, dynamic=False), kp
+    others = {}
+    if not quack.QUACK_MISSING and device != "cpu":
+        others["quack"] = quack.gated_mlp(hidden, inter, "silu", gate_up_weight=kp["kp-cuda"].gate_up_weight,
+                                          down_weight=unfused.down_proj.weight, device=device)  # fmt: skip
+    return unfused, torch.compile(unfused, dynamic=False), kp, others
 
 
 def _unfused_gated(x, w):  # the fused half as torch writes it: one GEMM onto the packed weight
@@ -70,6 +78,10 @@ def _unfused_gated(x, w):  # the fused half as torch writes it: one GEMM onto th
 @functools.cache
 def _compiled_gated():
     return torch.compile(_unfused_gated, dynamic=False)
+
+
+def _quack_missing(*_):
+    raise RuntimeError(quack.QUACK_MISSING or "QuACK runs on a GPU only")
 
 
 def _no_grad(fn):
@@ -88,7 +100,7 @@ def _train_step(mlp):
 def cases(quick: bool, device: str):
     shapes = CPU if device == "cpu" else [(t, *MLP) for t in (QUICK if quick else TOKENS)] + [(8192, *WIDE)]
     for tokens, hidden, inter in shapes:
-        unfused, compiled, kp = _modules(hidden, inter, device)
+        unfused, compiled, kp, others = _modules(hidden, inter, device)
         w = kp["kp-cuda"].gate_up_weight.detach()
         params = {"tokens": tokens, "hidden": hidden, "intermediate": inter, "dtype": "bf16"}
         decode = tokens <= DECODE_MAX
@@ -101,7 +113,7 @@ def cases(quick: bool, device: str):
             flops=6 * tokens * hidden * inter, bytes=weights + tokens * 2 * hidden * BF16,
             ceiling="copy" if decode else "gemm", host_timing=decode,
             impls={**{k: _no_grad(m) for k, m in kp.items()}, "torch": _no_grad(unfused),
-                   "torch.compile": _no_grad(compiled)})
+                   "torch.compile": _no_grad(compiled), "quack": _no_grad(others.get("quack", _quack_missing))})
         yield bench.Case(
             op="gated_linear_fwd", label=f"{tokens}x{hidden}->{inter}", params=params, make_inputs=make,
             flops=4 * tokens * hidden * inter, bytes=2 * weights // 3 + tokens * (hidden + inter) * BF16,
@@ -120,7 +132,8 @@ def cases(quick: bool, device: str):
             op="gated_mlp_train", label=f"{tokens}x{hidden}->{inter}", params=params, make_inputs=make_train,
             flops=18 * tokens * hidden * inter, ceiling="gemm",
             impls={**{k: _train_step(m) for k, m in kp.items()}, "torch": _train_step(unfused),
-                   "torch.compile": _train_step(compiled)})
+                   "torch.compile": _train_step(compiled),
+                   "quack": _train_step(others["quack"]) if "quack" in others else _quack_missing})
 
 
 if __name__ == "__main__":

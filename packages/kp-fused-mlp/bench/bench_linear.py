@@ -14,7 +14,8 @@ Cases (bf16, issue 18's shapes):
   eager and torch.compile of the same expression. Acceptance (issue 18): kp-cuda >= 1.0x
   torch.compile on an H200.
 Impls: kp-cuda and kp-triton (forced backends; the Triton level has no backward), torch,
-torch.compile; torch.mm for `gemm`.
+torch.compile; torch.mm for `gemm`; QuACK's GEMM and GEMM + activation (quack_baselines.py) where
+it is installed, forward only (QuACK has no standalone differentiable linear + activation).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import torch.nn.functional as F
 from kp_core import bench
 
 kp_fused_mlp = bench.require("kp_fused_mlp", "bench_linear", "pip install -e packages/kp-core -e packages/kp-fused-mlp")
+import quack_baselines as quack  # noqa: E402  (beside this script; without QuACK its rows are skipped)
 
 DTYPE, BF16 = torch.bfloat16, 2  # bytes per element
 MLP = [(4096, 14336), (8192, 28672)]  # (hidden, intermediate)
@@ -55,7 +57,8 @@ def _gemm_cases(shapes, device):
             flops=2 * m * n * k, ceiling="gemm",
             impls={"kp-cuda": lambda x, w: kp_fused_mlp.linear_act(x, w, backend="cuda"),
                    "kp-triton": lambda x, w: kp_fused_mlp.linear_act(x, w, backend="triton"),
-                   "torch.mm": lambda x, w: torch.mm(x, w.t())})
+                   "torch.mm": lambda x, w: torch.mm(x, w.t()),
+                   "quack": lambda x, w: quack.gemm(x, w)})
 
 
 def _linear_act_cases(shapes, device):
@@ -75,7 +78,8 @@ def _linear_act_cases(shapes, device):
                 impls={"kp-cuda": lambda x, w, b, act=act: kp_fused_mlp.linear_act(x, w, b, act, backend="cuda"),
                        "kp-triton": lambda x, w, b, act=act: kp_fused_mlp.linear_act(x, w, b, act, backend="triton"),
                        "torch": lambda x, w, b, act=act: ACTS[act](F.linear(x, w, b)),
-                       "torch.compile": lambda x, w, b, act=act: _compiled(act)(x, w, b)})
+                       "torch.compile": lambda x, w, b, act=act: _compiled(act)(x, w, b),
+                       "quack": lambda x, w, b, act=act: quack.linear_act(x, w, b, act)})
 
 
 def _train_step(fn):
