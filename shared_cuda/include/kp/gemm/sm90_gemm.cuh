@@ -105,7 +105,8 @@ void sm90_launch(typename Kernel::Arguments& args, const Sm90TileConfig& c, int 
   args.hw_info.sm_count = device_info(device).sms;
   // Clusters that fit at once (a cluster's CTAs share a GPC): the persistent grid's size.
   args.hw_info.max_active_clusters = max_active_clusters(func, device, Kernel::MaxThreadsPerBlock, smem, cluster);
-  args.scheduler.max_swizzle_size = c.max_swizzle;
+  const long long m = cute::get<0>(args.problem_shape), n = cute::get<1>(args.problem_shape);
+  args.scheduler.max_swizzle_size = fitted_swizzle(c, (m + c.tile_m - 1) / c.tile_m, (n + c.tile_n - 1) / c.tile_n);
   using Raster = typename Kernel::TileScheduler::RasterOrderOptions;
   args.scheduler.raster_order = c.raster == Sm90Raster::kAlongM   ? Raster::AlongM
                                 : c.raster == Sm90Raster::kAlongN ? Raster::AlongN
