@@ -196,5 +196,6 @@ PYBIND11_MODULE(_C, m) {
       "config: a gated table row, -1: the table's pick; swizzle (1/2/4/8) and raster (0 heuristic, 1 along M, 2 "
       "along N) override the row's scheduler for sweeps (0 / -1: the row's)");
   m.def("gated_configs", &kp_fused_mlp::gated_config_names, "the rows of the gated GEMM table (csrc/gated_table.h)");
-  m.def("gated_plan", &kp_fused_mlp::gated_plan, py::arg("m"), "the gated table row a call of m rows gets");
+  m.def("gated_plan", &kp_fused_mlp::gated_plan, py::arg("m"), py::arg("inter") = 0,
+        "the gated table row a call of m rows and `inter` outputs gets (inter 0: the rows for any width)");
 }

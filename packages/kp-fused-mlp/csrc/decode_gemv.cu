@@ -8,7 +8,9 @@
 // to match: with the same 16-byte load of x row (token) g at k0 + 8t, thread (g, t) holds exactly
 // the A registers {row g, row g + 8} x {pairs 0, 1} of one m16n8k16 and the B registers of the
 // same k values; pairs 2, 3 are a second MMA. Every weight byte is loaded once, 16 bytes a thread,
-// 64 contiguous bytes a row per instruction, and x (tiny, re-read by every warp) comes from L1.
+// 64 contiguous bytes a row per instruction. x (small, re-read by every warp) is copied by each
+// thread, `stages` steps ahead, into its own slots of a shared-memory ring (cp.async; no barrier:
+// a thread reads only what it copied), so no step waits on a round trip to L2 for it.
 //
 // Bandwidth: each warp keeps a ring of `stages` k-steps of its 32 weight rows in registers
 // (2 KB a step): a step is consumed, then the ring slot is refilled with the step `stages`
@@ -88,6 +90,19 @@ __device__ __forceinline__ uint4 ld_weight(const void* p, bool ok, uint64_t pol)
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p), "r"(static_cast<int>(ok)), "l"(pol));
   return v;
+}
+
+// 16 bytes of x copied to shared memory asynchronously (cp.async, through L2 only), or 16 zero
+// bytes where `ok` is false (source size 0: nothing is read). Completion: cp_async_wait<N>.
+__device__ __forceinline__ void cp_async_x(void* smem, const void* p, bool ok) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(p), "r"(ok ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Wait until at most N of this thread's most recent cp.async groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // 16 bytes of x through L1 (every warp of the SM reads the same columns), or zeros.
@@ -183,16 +198,27 @@ __global__ void __launch_bounds__(kThreads) decode_gemv_kernel(const Params p) {
   }
   const uint64_t pol = evict_first_policy();
 
+  // x rides in a ring of its own, `U` steps ahead like the weights, but in shared memory: each
+  // thread copies (cp.async) the 16-byte x packets its own MMAs will read, so no barrier is needed,
+  // and no register holds x while it is in flight. Loaded at the step (through L1) instead, x was
+  // the critical path: every step began with a round trip to L2 for its first touch (ncu, H200,
+  // 2026-11-26: 47% of the stall samples on the first use of x, 75% long-scoreboard stalls).
+  extern __shared__ uint4 x_ring[];  // [U][MT][kThreads]
+  auto x_slot = [&](int u, int mt) -> uint4& { return x_ring[(u * MT + mt) * kThreads + threadIdx.x]; };
+
   uint4 ring[U][2][2];
-  auto refill = [&](uint4 (&slot)[2][2], int step) {
+  auto refill = [&](uint4 (&slot)[2][2], int u, int step) {
     const bool kin = step * kStepK + 8 * t < klen;
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int h = 0; h < 2; ++h) slot[r][h] = ld_weight(wp[r][h] + step * kStepK, wv[r][h] && kin, pol);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) cp_async_x(&x_slot(u, mt), xp[mt] + step * kStepK, xv[mt] && kin);
+    cp_async_commit();
   };
 #pragma unroll
-  for (int u = 0; u < U; ++u) refill(ring[u], u);
+  for (int u = 0; u < U; ++u) refill(ring[u], u, u);
 
   float acc[2][MT][4];
 #pragma unroll
@@ -207,17 +233,20 @@ __global__ void __launch_bounds__(kThreads) decode_gemv_kernel(const Params p) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int step = s0 + u;
-      const bool kin = step * kStepK + 8 * t < klen;
+      cp_async_wait<U - 1>();  // this step's x group: U groups were in flight, the oldest is ours
       uint4 xb[MT];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) xb[mt] = ld_x(xp[mt] + step * kStepK, xv[mt] && kin);
+      for (int mt = 0; mt < MT; ++mt) xb[mt] = x_slot(u, mt);
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) mma_step<T>(acc[r][mt], ring[u][r][0], ring[u][r][1], xb[mt]);
-      refill(ring[u], step + U);  // steps past the split load nothing (zeros)
+      // Slot u is free again: its x is in registers and consumed (the MMAs above read xb).
+      refill(ring[u], u, step + U);  // steps past the split load nothing (zeros)
     }
   }
+
+  cp_async_wait<0>();  // nothing in flight at exit (the last groups are the zero fills past the split)
 
   // Accumulator i of tile r, token tile mt: weight row of (r, h = i / 2), token 8 mt + 2t + i % 2.
   if (p.splits > 1) {
@@ -431,6 +460,10 @@ bool is_fma(const DecodeRow& row) { return row.kind == DecodeKind::kFma; }
 int64_t step_k(const DecodeRow& row) { return is_fma(row) ? kFmaStepK : kStepK; }
 int64_t cols_per_block(const DecodeRow& row, bool gated) { return kWarps * (gated ? row.rows / 2 : row.rows); }
 int64_t tokens_per_chunk(const DecodeRow& row) { return is_fma(row) ? row.tokens : 8 * row.tokens; }
+// Dynamic shared memory of a CTA: the mma rows' x ring, [stages][m_tiles][threads] 16-byte packets.
+size_t smem_bytes(const DecodeRow& row) {
+  return is_fma(row) ? 0 : static_cast<size_t>(row.stages) * row.tokens * kThreads * sizeof(uint4);
+}
 
 DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int row_index,
                      int device) {
@@ -444,7 +477,7 @@ DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype,
   const kp::DeviceInfo& info = kp::device_info(device);
   with_main_kernel(dtype, pl.row, gated, [&](auto kernel) {
     kp::DeviceGuard guard(device);
-    pl.ctas_per_sm = kp::blocks_per_sm(reinterpret_cast<const void*>(kernel), device, kThreads, 0);
+    pl.ctas_per_sm = kp::blocks_per_sm(reinterpret_cast<const void*>(kernel), device, kThreads, smem_bytes(row));
   });
   int64_t s = splits;
   if (s <= 0) {
@@ -540,7 +573,8 @@ void decode_gemv(const DecodeArgs& a, int splits, int row, int device, cudaStrea
   // (this one's gated call before the down projection of GatedMLP), the CTAs are scheduled under
   // its tail instead of after it, which takes the launch gap (~1-2 us of a 25-80 us call) off.
   with_main_kernel(a.dtype, pl.row, a.gated, [&](auto kernel) {
-    kp::launch_dependent(kernel, device, dim3(pl.grid_x, pl.grid_y, pl.grid_z), dim3(kThreads), 0, stream, p);
+    kp::launch_dependent(kernel, device, dim3(pl.grid_x, pl.grid_y, pl.grid_z), dim3(kThreads),
+                         smem_bytes(DecodeTable::rows[pl.row]), stream, p);
   });
   if (pl.splits == 1) return;
   const dim3 grid(static_cast<unsigned>(kp::cdiv(a.m * a.n_out, kReduceThreads)));

@@ -32,14 +32,13 @@
 //   stages    fma: 256-column steps of `rows` rows (512 B a row) in each warp's register ring
 //             (4 x stages x rows registers: 64 for 4 x 4, 8 KB a warp); mma: k-steps of weights (32
 //             columns x 32 rows, 2 KB a warp, 16 B a thread and row): ring registers 16 x stages.
-//             m8: 8 stages = 128 + 8 accumulators; m16: 7 = 112 + 16; m32: 5 = 80 + 32.
-//             ptxas (sm_90a): 170-192 registers, no spills: 2 CTAs (8 warps) an SM, 128 / 112 /
-//             80 KB issued per SM (m8 / m16 / m32), 2.5-4x the ~30 KB; one CTA alone: half.
-//             Deeper rings: the H200 microbenchmark's 8-stage m16 (255 registers, 24 B spilled)
-//             ran 16 x 4096 -> 14336 in 39.1 us vs 43.2 at 6 (clean flush), so m16 went 6 -> 7
-//             and m32 4 -> 5, the most that ptxas fits without a spill (m16 at 8: 16 B spilled,
-//             m32 at 6: 788 B; m16 7: 186 / 174 gated registers, m32 5: 192 / 174; m32 at 4
-//             stages took 198). Not measured yet at 7 / 5: the sweep's --rows compares.
+//             m8: 6 stages = 96 + 8 accumulators; m16: 5 = 80 + 16; m32: 3 = 48 + 32.
+//             With x in its shared-memory ring (a step: m_tiles x 512 B a warp) the register ring
+//             no longer sets the speed (H200, 2026-11-26: m16 at 4, 5 or 7 stages within ~3%),
+//             but ptxas hoists the ring's x reads and the registers grew: 7 / 5 stages took 255
+//             registers with 8 / 176 B spilled (m16 / m32). So the stages are the most that fit
+//             without a spill and leave room for more CTAs: m8 6 (164 registers, 160 gated, 3
+//             CTAs an SM), m16 5 (168 / 164, 3 CTAs), m32 3 (200 / 172, 2-3 CTAs). ptxas, sm_90a.
 //   rows      fma: weight rows a warp (gated: rows / 2 gate rows and their up rows); mma: 32.
 //   fill      CTAs per SM the split rule aims for: an mma row block is 128 weight rows, so
 //             N = 4096 gives 32 CTAs; 132 SMs want several K splits. An fma CTA is 16 rows.
@@ -79,9 +78,9 @@ struct DecodeTable {
       // name             kind     max_m  tokens  stages  rows  fill  min_split_steps  ws_pct
       {"decode_fma_m1",   K::kFma,     1,      1,      4,    4,    4,               8,     4},
       {"decode_fma_m2",   K::kFma,     2,      2,      4,    4,    4,               8,     4},
-      {"decode_m8",       K::kMma,     8,      1,      8,   32,    2,              16,     4},
-      {"decode_m16",      K::kMma,    16,      2,      7,   32,    2,              14,     4},
-      {"decode_m32",      K::kMma,    32,      4,      5,   32,    2,              10,     4},
+      {"decode_m8",       K::kMma,     8,      1,      6,   32,    2,              16,     4},
+      {"decode_m16",      K::kMma,    16,      2,      5,   32,    2,              14,     4},
+      {"decode_m32",      K::kMma,    32,      4,      3,   32,    2,              10,     4},
   };
   static constexpr int size = sizeof(rows) / sizeof(rows[0]);
   // The most tokens a row serves by default: gated_linear's cuda level takes calls up to it (no

@@ -18,11 +18,12 @@ using kp::gemm::Sm90Gated;
 template <int DType>
 void run_dtype(const kp::gemm::GatedProblem& p, int row, int device, cudaStream_t stream,
                kp::gemm::SchedulerKnobs knobs) {
-  static_assert(GatedTable::size == 3, "a new table row needs a case here and its instantiations");
+  static_assert(GatedTable::size == 4, "a new table row needs a case here and its instantiations");
   switch (row) {
     case 0: return Sm90Gated<DType, GatedRow<0>>::run(p, device, stream, knobs);
     case 1: return Sm90Gated<DType, GatedRow<1>>::run(p, device, stream, knobs);
     case 2: return Sm90Gated<DType, GatedRow<2>>::run(p, device, stream, knobs);
+    case 3: return Sm90Gated<DType, GatedRow<3>>::run(p, device, stream, knobs);
   }
 }
 
@@ -34,7 +35,7 @@ std::vector<std::string> gated_config_names() {
   return out;
 }
 
-int gated_plan(int64_t m) { return pick_gated_row(m); }
+int gated_plan(int64_t m, int64_t inter) { return pick_gated_row(m, 2 * inter); }
 
 void gated_linear_fwd(const kp::gemm::GatedProblem& p, int config, int device, cudaStream_t stream,
                       kp::gemm::SchedulerKnobs knobs) {
@@ -48,7 +49,7 @@ void gated_linear_fwd(const kp::gemm::GatedProblem& p, int config, int device, c
   const kp::DeviceInfo& info = kp::device_info(device);
   if (!(kp::gemm::built_for_sm90a() && info.major == 9 && info.minor == 0))
     KP_CHECK_ARG(false, "gated_linear: " + kp::gemm::sm90_device_problem(device));
-  const int row = config >= 0 ? config : pick_gated_row(p.m);
+  const int row = config >= 0 ? config : pick_gated_row(p.m, 2 * p.inter);
   if (p.dtype == kp::kBF16)
     run_dtype<kp::kBF16>(p, row, device, stream, knobs);
   else

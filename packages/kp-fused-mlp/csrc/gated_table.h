@@ -1,6 +1,6 @@
 // gated_linear's sm90a table: the kernels of the gated GEMM (kp/gemm/sm90_gated.h), one row each,
 // and the rule that picks a row for a call. Each row is instantiated for bf16 and fp16
-// (gated_sm90.cu): 6 kernels. `kp_fused_mlp._cuda.gated_plan(m)` reports the row a call gets;
+// (gated_sm90.cu): 8 kernels. `kp_fused_mlp._cuda.gated_plan(m, inter)` reports the row a call gets;
 // `config=` on the native call forces one (tests run every row).
 //
 // The rows are linear_act's three rows above its decode row (gemm_table.h). With N = 2I
@@ -16,6 +16,10 @@
 //   pingpong_128x128_c2x1   M <= 4096: the epilogue of one consumer warpgroup runs under the
 //                           other's mainloop (the gated epilogue does more math a column than
 //                           bias + act: the overlap matters more here).
+//   coop_256x192_c1x2       larger M and N = 2I >= 12288: linear_act's wide-output tile
+//                           (gemm_table.h says why: more FLOPs per loaded byte, so a higher clock
+//                           under the power limit), 96 h columns a tile; the row's scheduler as
+//                           coop_128x256_c2x1's (swizzle 8 along N), not swept on its own yet.
 //   coop_128x256_c2x1       larger M: the large-GEMM tile, a cluster of 2 along M sharing Wi tiles
 //                           through TMA multicast. Its epilogue is not hidden: 64 4-byte stores a
 //                           thread a tile (128 with the pre-activations), against a mainloop of
@@ -36,9 +40,10 @@ struct GatedTable {
   static constexpr auto kAlongN = kp::gemm::Sm90Raster::kAlongN;
 
   static constexpr Cfg rows[] = {
-      //  name                 tile m    n   k  cluster m n  schedule   swizzle raster max_m
+      //  name                 tile m    n   k  cluster m n  schedule   swizzle raster max_m min_n
       {"pingpong_128x128_c1x2",   128, 128, 64,         1, 2, kPingpong, 1,      kAuto, 128},
       {"pingpong_128x128_c2x1",   128, 128, 64,         2, 1, kPingpong, 8,      kAlongN, 4096},
+      {"coop_256x192_c1x2",       256, 192, 64,         1, 2, kCoop,     8,      kAlongN, 0,     12288},
       {"coop_128x256_c2x1",       128, 256, 64,         2, 1, kCoop,     8,      kAlongN, 0},
   };
   static constexpr int size = sizeof(rows) / sizeof(rows[0]);
@@ -47,6 +52,6 @@ struct GatedTable {
 template <int Row>
 using GatedRow = kp::gemm::TableRow<GatedTable, Row>;
 
-inline int pick_gated_row(int64_t m) { return kp::gemm::pick_row<GatedTable>(m); }
+inline int pick_gated_row(int64_t m, int64_t n) { return kp::gemm::pick_row<GatedTable>(m, n); }
 
 }  // namespace kp_fused_mlp

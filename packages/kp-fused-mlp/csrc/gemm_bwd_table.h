@@ -14,7 +14,7 @@
 namespace kp_fused_mlp {
 
 struct GemmBwdTable {
-  static constexpr int rows[] = {2, 3};  // pingpong_128x128_c2x1, coop_128x256_c2x1
+  static constexpr int rows[] = {2, 4};  // pingpong_128x128_c2x1, coop_128x256_c2x1
   static constexpr int size = sizeof(rows) / sizeof(rows[0]);
 };
 
@@ -27,7 +27,7 @@ inline bool has_bwd_kernels(int row) {
 // The training row for a GEMM whose output has m rows: the forward table's pick, raised to the
 // first row that has training kernels.
 inline int pick_bwd_row(int64_t m) {
-  const int row = pick_gemm_row(m);
+  const int row = pick_gemm_row(m, 0);  // n = 0: the rows for any N (coop_256x192 has no training kernels)
   return row < GemmBwdTable::rows[0] ? GemmBwdTable::rows[0] : row;
 }
 

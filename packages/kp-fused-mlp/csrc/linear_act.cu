@@ -29,12 +29,13 @@ void run_row(const kp::gemm::Problem& p, const LinearActArgs& a, int device, cud
 
 template <int DType>
 void run_dtype(const kp::gemm::Problem& p, const LinearActArgs& a, int row, int device, cudaStream_t stream) {
-  static_assert(GemmTable::size == 4, "a new table row needs a case here and its instantiations");
+  static_assert(GemmTable::size == 5, "a new table row needs a case here and its instantiations");
   switch (row) {
     case 0: return run_row<DType, 0>(p, a, device, stream);
     case 1: return run_row<DType, 1>(p, a, device, stream);
     case 2: return run_row<DType, 2>(p, a, device, stream);
     case 3: return run_row<DType, 3>(p, a, device, stream);
+    case 4: return run_row<DType, 4>(p, a, device, stream);
   }
 }
 
@@ -55,7 +56,7 @@ std::vector<std::string> gemm_config_names() {
   return out;
 }
 
-int gemm_plan(int64_t m, int64_t n, int64_t k) { return decode_serves(m, n, k) ? kDecodeConfig : pick_gemm_row(m); }
+int gemm_plan(int64_t m, int64_t n, int64_t k) { return decode_serves(m, n, k) ? kDecodeConfig : pick_gemm_row(m, n); }
 
 std::string gemm_device_problem(int device) { return kp::gemm::sm90_device_problem(device); }
 
@@ -72,7 +73,7 @@ void linear_act(const LinearActArgs& a, int config, int device, cudaStream_t str
   kp::gemm::check_problem(p, 2);
   if (a.m == 0 || a.n == 0) return;
   kp::gemm::check_sm90_device(device, "linear_act");
-  const int row = config >= 0 ? config : pick_gemm_row(a.m);
+  const int row = config >= 0 ? config : pick_gemm_row(a.m, a.n);
   if (a.dtype == kp::kBF16)
     run_dtype<kp::kBF16>(p, a, row, device, stream);
   else

@@ -35,7 +35,7 @@ void run_dtype(Job job, const kp::gemm::Problem& p, const epi::BiasActAux::Args&
   static_assert(GemmBwdTable::size == 2, "a new training row needs a case here and its instantiations");
   switch (row) {
     case 2: return run_row<DType, 2>(job, p, e, device, stream);
-    case 3: return run_row<DType, 3>(job, p, e, device, stream);
+    case 4: return run_row<DType, 4>(job, p, e, device, stream);
   }
 }
 

@@ -5,7 +5,7 @@
 #include "gemm_table.h"
 #include "kp/gemm/sm90_gemm.cuh"
 
-static_assert(kp_fused_mlp::GemmTable::size == 4,
+static_assert(kp_fused_mlp::GemmTable::size == 5,
               "a new table row needs its instantiations in KP_FUSED_MLP_SM90_KERNELS");
 
 #define KP_FUSED_MLP_SM90_KERNELS(DTYPE)                                                            \
@@ -16,4 +16,6 @@ static_assert(kp_fused_mlp::GemmTable::size == 4,
   template struct kp::gemm::Sm90Gemm<DTYPE, kp_fused_mlp::GemmRow<2>, kp::gemm::epi::Identity>;   \
   template struct kp::gemm::Sm90Gemm<DTYPE, kp_fused_mlp::GemmRow<2>, kp::gemm::epi::BiasAct>;    \
   template struct kp::gemm::Sm90Gemm<DTYPE, kp_fused_mlp::GemmRow<3>, kp::gemm::epi::Identity>;   \
-  template struct kp::gemm::Sm90Gemm<DTYPE, kp_fused_mlp::GemmRow<3>, kp::gemm::epi::BiasAct>;
+  template struct kp::gemm::Sm90Gemm<DTYPE, kp_fused_mlp::GemmRow<3>, kp::gemm::epi::BiasAct>;    \
+  template struct kp::gemm::Sm90Gemm<DTYPE, kp_fused_mlp::GemmRow<4>, kp::gemm::epi::Identity>;   \
+  template struct kp::gemm::Sm90Gemm<DTYPE, kp_fused_mlp::GemmRow<4>, kp::gemm::epi::BiasAct>;

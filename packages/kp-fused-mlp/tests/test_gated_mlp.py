@@ -513,7 +513,7 @@ def test_gated_epilogue_on_the_host(tmp_path):
 
 # ---- the cuda level's GEMM (GPU only) ------------------------------------------------------------
 
-GATED_ROWS = ["pingpong_128x128_c1x2", "pingpong_128x128_c2x1", "coop_128x256_c2x1"]  # csrc/gated_table.h
+GATED_ROWS = ["pingpong_128x128_c1x2", "pingpong_128x128_c2x1", "coop_256x192_c1x2", "coop_128x256_c2x1"]  # gated_table.h
 # (M, H, I): M 1, 7, 130, 1031 and past 8K; H and I multiples of 8 but of no tile (64 / 128 / 256).
 CUDA_SHAPES = [(1, 72, 136), (7, 1000, 520), (130, 72, 136), (1031, 1000, 520), (8200, 1032, 1048)]
 
@@ -558,7 +558,10 @@ def test_cuda_plan_and_auto():
     assert gated.LEVELS.resolve("auto", cuda, torch.bfloat16, False, 14336, 4096) == "cuda"
     assert gated.LEVELS.resolve("auto", cuda, torch.float16, True, 136, 72) == "cuda"
     assert gated.LEVELS.resolve("auto", cuda, torch.float32, False, 136, 72) == "triton"
-    assert [_cuda.gated_plan(m) for m in (1, 128, 129, 4096, 4097, 8192)] == [r for r in GATED_ROWS for _ in (0, 1)]
+    any_width = [r for r in GATED_ROWS if r != "coop_256x192_c1x2"]  # min_n: only for 2I >= 12288
+    assert [_cuda.gated_plan(m) for m in (1, 128, 129, 4096, 4097, 8192)] == [r for r in any_width for _ in (0, 1)]
+    assert _cuda.gated_plan(8192, 14336) == "coop_256x192_c1x2" and _cuda.gated_plan(8192, 6143) == any_width[-1]
+    assert _cuda.gated_plan(4096, 14336) == "pingpong_128x128_c2x1"
 
 
 @pytest.mark.gpu

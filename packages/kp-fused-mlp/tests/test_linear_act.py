@@ -237,8 +237,8 @@ def test_native_checks_its_arguments_before_any_cuda_call():
 def test_gemm_table_and_plan():
     mod = _native()
     names = mod.gemm_configs()
-    assert names == ["pingpong_64x128", "pingpong_128x128_c1x2", "pingpong_128x128_c2x1", "coop_128x256_c2x1",
-                     "decode_gemv"]  # fmt: skip
+    assert names == ["pingpong_64x128", "pingpong_128x128_c1x2", "pingpong_128x128_c2x1", "coop_256x192_c1x2",
+                     "coop_128x256_c2x1", "decode_gemv"]  # fmt: skip
     assert _cuda.gemm_plan(1, 4096, 4096) == "decode_gemv"  # tests/test_decode.py: the cut by shape
     assert _cuda.gemm_plan(16, 4096, 4096) == "decode_gemv"
     assert _cuda.gemm_plan(17, 4096, 4096) == "pingpong_64x128"
@@ -250,6 +250,12 @@ def test_gemm_table_and_plan():
     assert _cuda.gemm_plan(129, 4096, 4096) == "pingpong_128x128_c2x1"
     assert _cuda.gemm_plan(4096, 4096, 4096) == "pingpong_128x128_c2x1"
     assert _cuda.gemm_plan(4097, 8192, 8192) == "coop_128x256_c2x1"
+    # The 256 x 192 tile only on wide outputs (gemm_table.h: min_n), whatever K.
+    assert _cuda.gemm_plan(8192, 14336, 4096) == "coop_256x192_c1x2"
+    assert _cuda.gemm_plan(4097, 12288, 64) == "coop_256x192_c1x2"
+    assert _cuda.gemm_plan(8192, 12287, 4096) == "coop_128x256_c2x1"
+    assert _cuda.gemm_plan(8192, 4096, 14336) == "coop_128x256_c2x1"
+    assert _cuda.gemm_plan(4096, 28672, 4096) == "pingpong_128x128_c2x1"
     if not torch.cuda.is_available():
         assert mod.gemm_device_problem(0)  # no device: a reason, not a crash
 
@@ -524,10 +530,10 @@ def test_native_training_functions_check_their_arguments():
 
 def test_training_table():
     mod = _native()
-    assert mod.gemm_bwd_configs() == [2, 3]
+    assert mod.gemm_bwd_configs() == [2, 4]
     names = mod.gemm_configs()
     assert _cuda.gemm_bwd_plan(1) == names[2] and _cuda.gemm_bwd_plan(4096) == names[2]
-    assert _cuda.gemm_bwd_plan(4097) == names[3] and _cuda.gemm_bwd_plan(14336) == names[3]
+    assert _cuda.gemm_bwd_plan(4097) == names[4] == "coop_128x256_c2x1" and _cuda.gemm_bwd_plan(14336) == names[4]
 
 
 def test_scheduler_override():

@@ -486,9 +486,10 @@ def gated_linear_bwd(dh, x, w, pre, activation: str, need_dx: bool, need_dw: boo
     return linear_act_bwd(gated_pre_grad(dh, pre, activation), x, w, None, "none", need_dx, need_dw, need_db)
 
 
-def gated_plan(m: int) -> str:
-    """The name of the gated table row a call of M rows gets (csrc/gated_table.h)."""
-    return NATIVE.module.gated_configs()[NATIVE.module.gated_plan(m)]
+def gated_plan(m: int, inter: int = 0) -> str:
+    """The name of the gated table row a call of M rows and `inter` output columns gets
+    (csrc/gated_table.h; inter 0: among the rows for any width)."""
+    return NATIVE.module.gated_configs()[NATIVE.module.gated_plan(m, inter)]
 
 
 def gated_decode_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, decode_splits: Optional[int] = None,

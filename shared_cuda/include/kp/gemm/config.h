@@ -33,8 +33,11 @@ struct Sm90TileConfig {
   // reuse, along M or N (heuristic: along the longer side).
   int max_swizzle;
   Sm90Raster raster;
-  // Selection: the first row whose max_m is 0 or >= M serves a call (the package's pick()).
+  // Selection: the first row whose max_m is 0 or >= M and whose min_n <= N serves a call (the
+  // package's pick()). min_n: a tile that pays only on wide outputs (its wave quantization at
+  // small N costs more than it gains); 0 for any N.
   long long max_m;
+  long long min_n = 0;
 };
 
 // The swizzle a launch of row `c` uses on a grid of tiles_m x tiles_n tiles: the largest up to the
@@ -57,11 +60,12 @@ struct TableRow {
   static constexpr Sm90TileConfig value = Table::rows[Row];
 };
 
-// The row of `Table` a call of M rows gets: the first whose max_m is 0 or >= M.
+// The row of `Table` a call of M rows and N output columns gets: the first whose max_m is 0 or
+// >= M and whose min_n <= N (n = 0: only rows for any N).
 template <class Table>
-constexpr int pick_row(long long m) {
+constexpr int pick_row(long long m, long long n = 0) {
   for (int i = 0; i < Table::size; ++i)
-    if (Table::rows[i].max_m == 0 || m <= Table::rows[i].max_m) return i;
+    if ((Table::rows[i].max_m == 0 || m <= Table::rows[i].max_m) && n >= Table::rows[i].min_n) return i;
   return Table::size - 1;
 }
 

@@ -1,0 +1,213 @@
+"""kp's bare GEMM against torch.mm under sustained load: time per call, SM clock and board power.
+
+    python packages/kp-fused-mlp/tools/gemm_sustained.py [--calls 200] [--rounds 2] [--out f.json]
+
+Why: single flushed calls put kp's GEMM at 0.93-1.01x torch.mm, but 50 calls back to back at 0.88x
+(4096 -> 14336 at 8192 tokens, H200, 2026-11-26). Training runs GEMMs back to back, so that is the
+number that matters. Two explanations predict different things:
+  - power: at the board's power limit the clock falls; a kernel that spends more energy a FLOP
+    (more shared-memory or L2 traffic, more instructions) runs at a lower clock. Then kp's window
+    shows a lower mean SM clock at the same power, and the same time per call per clock.
+  - efficiency: kp's kernel does less per clock; single flushed calls hid it (idle gaps let the
+    clock boost). Then the clocks match and kp's calls per clock are fewer.
+Each window runs `--calls` calls of one implementation back to back (CUDA events around the whole
+window) while `nvidia-smi` samples clocks.sm and power.draw every 20 ms (read-only queries); the
+implementations alternate A B B A per round so neither always runs on a hotter GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import time
+
+import torch
+
+from kp_fused_mlp import _cuda
+
+SHAPES = [
+    (8192, 4096, 14336),
+    (8192, 8192, 8192),
+    (8192, 14336, 4096),
+    (8192, 8192, 28672),
+]  # M, K, N
+
+
+class Sampler:
+    """nvidia-smi in the background: (t, sm clock MHz, power W) every 20 ms."""
+
+    def __init__(self):
+        self.p = subprocess.Popen(
+            [
+                "nvidia-smi",
+                "-i",
+                str(torch.cuda.current_device()),
+                "--query-gpu=clocks.sm,power.draw",
+                "--format=csv,noheader,nounits",
+                "-lms",
+                "20",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        self.rows = []
+        import threading
+
+        def read():
+            for line in self.p.stdout:
+                try:
+                    c, w = (float(v) for v in line.strip().split(","))
+                except ValueError:
+                    continue
+                self.rows.append((time.monotonic(), c, w))
+
+        self.t = threading.Thread(target=read, daemon=True)
+        self.t.start()
+
+    def window(self, t0, t1):
+        got = [(c, w) for t, c, w in self.rows if t0 <= t <= t1]
+        if not got:
+            return float("nan"), float("nan"), 0
+        return (
+            statistics.mean(c for c, _ in got),
+            statistics.mean(w for _, w in got),
+            len(got),
+        )
+
+    def stop(self):
+        self.p.terminate()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument(
+        "--configs",
+        default="table",
+        help="kp rows to time, gemm_configs() names or 'table' (the row the table picks), comma-separated",
+    )
+    ap.add_argument(
+        "--flushed",
+        type=int,
+        default=0,
+        help="also time this many single calls of each, each after an L2 flush (median)",
+    )
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    sampler = Sampler()
+    time.sleep(0.5)
+    results = []
+    for m, k, n in SHAPES:
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+        wt = w.t()
+        impls = {"torch.mm": lambda x=x, wt=wt: torch.mm(x, wt)}
+        for c in args.configs.split(","):
+            idx = -1 if c == "table" else _cuda.NATIVE.module.gemm_configs().index(c)
+            name = f"kp:{_cuda.gemm_plan(m, n, k)}" if c == "table" else f"kp:{c}"
+            impls[name] = lambda idx=idx, x=x, w=w: _cuda.linear_act_fwd(
+                x, w, None, "none", config=idx
+            )
+        for f in impls.values():
+            f()
+        torch.cuda.synchronize()
+        flops = 2 * m * n * k
+        for r in range(args.rounds):
+            order = list(impls)
+            for name in order + order[::-1]:
+                f = impls[name]
+                s, e = (
+                    torch.cuda.Event(enable_timing=True),
+                    torch.cuda.Event(enable_timing=True),
+                )
+                torch.cuda.synchronize()
+                t0 = time.monotonic()
+                s.record()
+                for _ in range(args.calls):
+                    f()
+                e.record()
+                e.synchronize()
+                t1 = time.monotonic()
+                ms = s.elapsed_time(e) / args.calls
+                clk, pw, ns = sampler.window(t0 + 0.05, t1)
+                row = {
+                    "m": m,
+                    "k": k,
+                    "n": n,
+                    "impl": name,
+                    "round": r,
+                    "ms": ms,
+                    "tflops": flops / ms / 1e9,
+                    "sm_mhz": clk,
+                    "power_w": pw,
+                    "samples": ns,
+                    "gflop_per_mhz": flops / ms / 1e6 / clk
+                    if not math.isnan(clk)
+                    else None,
+                }
+                results.append(row)
+                print(
+                    f"{m}x{k}x{n} r{r} {name:28s} {ms:7.3f} ms  {row['tflops']:6.1f} TFLOP/s  "
+                    f"{clk:6.0f} MHz  {pw:6.1f} W  ({ns} samples)",
+                    flush=True,
+                )
+        if args.flushed:
+            flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+            ts = {name: [] for name in impls}
+            for _ in range(
+                args.flushed
+            ):  # interleaved: every implementation once a round
+                for name, f in impls.items():
+                    flush.sum(
+                        dtype=torch.int32
+                    )  # a read: leaves the L2 clean (kp-core 0.3.3's flush)
+                    s, e = (
+                        torch.cuda.Event(enable_timing=True),
+                        torch.cuda.Event(enable_timing=True),
+                    )
+                    s.record()
+                    f()
+                    e.record()
+                    e.synchronize()
+                    ts[name].append(s.elapsed_time(e))
+            for name in impls:
+                ms = statistics.median(ts[name])
+                results.append(
+                    {
+                        "m": m,
+                        "k": k,
+                        "n": n,
+                        "impl": name,
+                        "mode": "flushed",
+                        "ms": ms,
+                        "tflops": flops / ms / 1e9,
+                    }
+                )
+                print(
+                    f"{m}x{k}x{n} flushed {name:28s} {ms:7.3f} ms  {flops / ms / 1e9:6.1f} TFLOP/s",
+                    flush=True,
+                )
+            del flush
+        del x, w, wt, impls
+    sampler.stop()
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(
+                {
+                    "device": torch.cuda.get_device_name(),
+                    "calls": args.calls,
+                    "rows": results,
+                },
+                fh,
+                indent=1,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
