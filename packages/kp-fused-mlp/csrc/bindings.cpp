@@ -163,8 +163,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("dpre_partial_rows", &kp_fused_mlp::dpre_partial_rows, py::arg("m"), py::arg("n"), py::arg("device"),
         "rows of the fp32 scratch linear_act_dpre needs for the bias gradient");
   m.def("gemm_bwd_configs", &kp_fused_mlp::gemm_bwd_configs, "the GEMM table rows that have training kernels");
-  m.def("gemm_bwd_plan", &kp_fused_mlp::gemm_bwd_plan, py::arg("m"),
-        "the training row a GEMM with m output rows gets");
+  m.def("gemm_bwd_plan", &kp_fused_mlp::gemm_bwd_plan, py::arg("m"), py::arg("n") = 0, py::arg("wgrad") = false,
+        "the training row a GEMM with an m x n output gets (n 0: among the rows for any width; wgrad: dW's rule)");
   m.def(
       "gemm_scheduler_override",
       [](int max_swizzle, int raster) { kp::gemm::set_scheduler_override(max_swizzle, raster); },

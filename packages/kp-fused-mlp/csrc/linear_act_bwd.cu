@@ -32,9 +32,10 @@ void run_row(Job job, const kp::gemm::Problem& p, const epi::BiasActAux::Args& e
 template <int DType>
 void run_dtype(Job job, const kp::gemm::Problem& p, const epi::BiasActAux::Args& e, int row, int device,
                cudaStream_t stream) {
-  static_assert(GemmBwdTable::size == 2, "a new training row needs a case here and its instantiations");
+  static_assert(GemmBwdTable::size == 3, "a new training row needs a case here and its instantiations");
   switch (row) {
     case 2: return run_row<DType, 2>(job, p, e, device, stream);
+    case 3: return run_row<DType, 3>(job, p, e, device, stream);
     case 4: return run_row<DType, 4>(job, p, e, device, stream);
   }
 }
@@ -50,7 +51,7 @@ void run(Job job, const kp::gemm::Problem& p, const epi::BiasActAux::Args& e, in
   kp::gemm::check_problem(p, 2, kOps[static_cast<int>(job)]);
   if (p.m == 0 || p.n == 0) return;
   kp::gemm::check_sm90_device(device, what);
-  const int row = config >= 0 ? config : pick_bwd_row(p.m);
+  const int row = config >= 0 ? config : job == Job::kWgrad ? pick_wgrad_row(p.m) : pick_bwd_row(p.m, p.n);
   if (p.dtype == kp::kBF16)
     run_dtype<kp::kBF16>(job, p, e, row, device, stream);
   else
@@ -86,6 +87,6 @@ void linear_act_wgrad(const GradGemmArgs& a, int config, int device, cudaStream_
 
 std::vector<int> gemm_bwd_configs() { return std::vector<int>(std::begin(GemmBwdTable::rows), std::end(GemmBwdTable::rows)); }
 
-int gemm_bwd_plan(int64_t m) { return pick_bwd_row(m); }
+int gemm_bwd_plan(int64_t m, int64_t n, bool wgrad) { return wgrad ? pick_wgrad_row(m) : pick_bwd_row(m, n); }
 
 }  // namespace kp_fused_mlp

@@ -53,6 +53,6 @@ int64_t dpre_partial_rows(int64_t m, int64_t n, int device);
 void linear_act_dpre(const DpreArgs& a, int device, cudaStream_t stream);
 
 std::vector<int> gemm_bwd_configs();  // the rows with training kernels
-int gemm_bwd_plan(int64_t m);         // the training row of a GEMM with m output rows
+int gemm_bwd_plan(int64_t m, int64_t n, bool wgrad);  // the training row of a GEMM with an m x n output
 
 }  // namespace kp_fused_mlp

@@ -5,8 +5,8 @@
 #include "gemm_bwd_table.h"
 #include "kp/gemm/sm90_gemm.cuh"
 
-static_assert(kp_fused_mlp::GemmBwdTable::size == 2 && kp_fused_mlp::GemmBwdTable::rows[0] == 2 &&
-                  kp_fused_mlp::GemmBwdTable::rows[1] == 4,
+static_assert(kp_fused_mlp::GemmBwdTable::size == 3 && kp_fused_mlp::GemmBwdTable::rows[0] == 2 &&
+                  kp_fused_mlp::GemmBwdTable::rows[1] == 3 && kp_fused_mlp::GemmBwdTable::rows[2] == 4,
               "a new training row needs its instantiations in KP_FUSED_MLP_SM90_BWD_KERNELS");
 
 #define KP_FUSED_MLP_SM90_BWD_ROW(DTYPE, ROW)                                                                    \
@@ -18,4 +18,5 @@ static_assert(kp_fused_mlp::GemmBwdTable::size == 2 && kp_fused_mlp::GemmBwdTabl
 
 #define KP_FUSED_MLP_SM90_BWD_KERNELS(DTYPE) \
   KP_FUSED_MLP_SM90_BWD_ROW(DTYPE, 2)        \
+  KP_FUSED_MLP_SM90_BWD_ROW(DTYPE, 3)        \
   KP_FUSED_MLP_SM90_BWD_ROW(DTYPE, 4)

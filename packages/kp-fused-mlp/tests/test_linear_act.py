@@ -530,10 +530,16 @@ def test_native_training_functions_check_their_arguments():
 
 def test_training_table():
     mod = _native()
-    assert mod.gemm_bwd_configs() == [2, 4]
+    assert mod.gemm_bwd_configs() == [2, 3, 4]
     names = mod.gemm_configs()
     assert _cuda.gemm_bwd_plan(1) == names[2] and _cuda.gemm_bwd_plan(4096) == names[2]
     assert _cuda.gemm_bwd_plan(4097) == names[4] == "coop_128x256_c2x1" and _cuda.gemm_bwd_plan(14336) == names[4]
+    # the wide tile where the output is wide: dX of a down projection (8192 x 14336), dW of an up one
+    assert _cuda.gemm_bwd_plan(8192, 14336) == names[3] == "coop_256x192_c1x2"
+    assert _cuda.gemm_bwd_plan(14336, 4096) == names[4] and _cuda.gemm_bwd_plan(16, 14336) == names[2]
+    # dW: coop 128 x 256 from 4096 out_features whatever the width, the pingpong row below
+    assert _cuda.gemm_bwd_plan(4096, 14336, wgrad=True) == names[4] == _cuda.gemm_bwd_plan(14336, 4096, wgrad=True)
+    assert _cuda.gemm_bwd_plan(4095, 14336, wgrad=True) == names[2]
 
 
 def test_scheduler_override():

@@ -244,10 +244,11 @@ def gemm_plan(m: int, n: int, k: int) -> str:
     return NATIVE.module.gemm_configs()[NATIVE.module.gemm_plan(m, n, k)]
 
 
-def gemm_bwd_plan(m: int) -> str:
-    """The training row (csrc/gemm_bwd_table.h) of a GEMM with m output rows: the training forward
-    and dx at m = tokens, dweight at m = out_features."""
-    return NATIVE.module.gemm_configs()[NATIVE.module.gemm_bwd_plan(m)]
+def gemm_bwd_plan(m: int, n: int = 0, wgrad: bool = False) -> str:
+    """The training row (csrc/gemm_bwd_table.h) of a GEMM with an m x n output: the training forward
+    (tokens x out_features), dx (tokens x in_features), or with wgrad dweight (out_features x
+    in_features, its own rule). n = 0: among the rows for any width."""
+    return NATIVE.module.gemm_configs()[NATIVE.module.gemm_bwd_plan(m, n, wgrad)]
 
 
 RASTERS = {"row": -1, "heuristic": 0, "along_m": 1, "along_n": 2}  # kp::gemm::Sm90Raster codes; "row": the table's
