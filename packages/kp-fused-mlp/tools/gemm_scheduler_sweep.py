@@ -8,7 +8,11 @@ For each shape (8192^3 and the MLP projections at 8192 tokens: 4096->14336, 1433
 dP^T x, the training GEMMs), times kp's kernel with every max_swizzle in 1/2/4/8 and raster
 along M / along N / heuristic (`_cuda.scheduler_override`: the same kernels, other scheduler
 arguments), the table's own setting, and torch.mm on the same operands. Timing: CUDA events
-around each call, the L2 flushed before each (a write of 4x the L2's size), median of --reps.
+around each call, the L2 flushed before each by a read of 4x its size (a zero fill leaves dirty
+lines whose write-back the timed call pays), median of --reps. The settings of one shape and op
+are interleaved: each round times every setting once, in an order reversed every other round.
+One after the other, each for all its reps, later settings ran on a hotter GPU at a lower clock
+(H200, 2026-11-26: the table's own setting read 5-13% apart by its position in the sweep).
 Writes gemm_scheduler_sweep.json and .md to --out (default: the current directory); the best
 setting of each shape is what csrc/gemm_table.h's rows should carry.
 
@@ -35,18 +39,28 @@ def _flush_buffer():
     return torch.empty(4 * l2 // 4, dtype=torch.float32, device="cuda")
 
 
-def time_ms(fn, reps: int, flush: torch.Tensor) -> float:
-    fn()  # warm-up: lazy init, descriptors, the allocator
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+def time_one(fn, flush: torch.Tensor) -> float:
+    """One call after an L2 flush that leaves the lines clean (a read), in ms."""
+    torch.sum(flush)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+def time_interleaved(fns: dict, reps: int, flush: torch.Tensor) -> dict:
+    """Median ms of each callable, `reps` rounds that time each once, the order reversed every
+    other round (so no callable always runs first, on the coolest GPU)."""
+    for fn in fns.values():
+        fn()  # warm-up: lazy init, descriptors, the allocator
+    times = {name: [] for name in fns}
+    order = list(fns)
+    for r in range(reps):
+        for name in order if r % 2 == 0 else order[::-1]:
+            times[name].append(time_one(fns[name], flush))
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _ops(m: int, k: int, n: int, _cuda):
@@ -74,11 +88,20 @@ def sweep(ops: list, reps: int, shapes: list) -> list:
             kp_fn, torch_fn, (gm, gn, gk) = impls[op]
             flops = 2 * gm * gn * gk
             row_name = _cuda.gemm_plan(gm, gn, gk) if op == "gemm" else _cuda.gemm_bwd_plan(gm, gn, wgrad=op == "dw")
-            base = time_ms(torch_fn, reps, flush)
             settings = [("table", 0, "row")] + [(f"{s}/{r}", s, r) for s in SWIZZLES for r in RASTERS]
+
+            def with_setting(swizzle, raster, kp_fn=kp_fn):
+                def run():
+                    with _cuda.scheduler_override(swizzle, raster):
+                        kp_fn()
+
+                return run
+
+            fns = {"torch.mm": torch_fn} | {label: with_setting(s, r) for label, s, r in settings}
+            ms_of = time_interleaved(fns, reps, flush)
+            base = ms_of["torch.mm"]
             for label, swizzle, raster in settings:
-                with _cuda.scheduler_override(swizzle, raster):
-                    ms = time_ms(kp_fn, reps, flush)
+                ms = ms_of[label]
                 rows.append({"op": op, "m": gm, "n": gn, "k": gk, "row": row_name, "setting": label,
                              "max_swizzle": swizzle, "raster": raster, "ms": ms, "tflops": flops / ms / 1e9,
                              "torch_mm_ms": base, "vs_torch_mm": base / ms})  # fmt: skip
