@@ -10,7 +10,8 @@ number that matters. Two explanations predict different things:
     shows a lower mean SM clock at the same power, and the same time per call per clock.
   - efficiency: kp's kernel does less per clock; single flushed calls hid it (idle gaps let the
     clock boost). Then the clocks match and kp's calls per clock are fewer.
-Each window runs `--calls` calls of one implementation back to back (CUDA events around the whole
+`--flushed N` also times single calls after an L2 flush, N interleaved rounds
+(gemm_scheduler_sweep.time_interleaved). Each window runs `--calls` calls of one implementation back to back (CUDA events around the whole
 window) while `nvidia-smi` samples clocks.sm and power.draw every 20 ms (read-only queries); the
 implementations alternate A B B A per round so neither always runs on a hotter GPU.
 """
@@ -26,6 +27,7 @@ import time
 
 import torch
 
+from gemm_scheduler_sweep import _flush_buffer, time_interleaved  # beside this script
 from kp_fused_mlp import _cuda
 
 SHAPES = [
@@ -156,27 +158,10 @@ def main(argv=None) -> int:
                     f"{clk:6.0f} MHz  {pw:6.1f} W  ({ns} samples)",
                     flush=True,
                 )
-        if args.flushed:
-            flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-            ts = {name: [] for name in impls}
-            for _ in range(
-                args.flushed
-            ):  # interleaved: every implementation once a round
-                for name, f in impls.items():
-                    flush.sum(
-                        dtype=torch.int32
-                    )  # a read: leaves the L2 clean (kp-core 0.3.3's flush)
-                    s, e = (
-                        torch.cuda.Event(enable_timing=True),
-                        torch.cuda.Event(enable_timing=True),
-                    )
-                    s.record()
-                    f()
-                    e.record()
-                    e.synchronize()
-                    ts[name].append(s.elapsed_time(e))
+        if args.flushed:  # single flushed calls, interleaved: the sweep tool's timer
+            ms_of = time_interleaved(impls, args.flushed, _flush_buffer())
             for name in impls:
-                ms = statistics.median(ts[name])
+                ms = ms_of[name]
                 results.append(
                     {
                         "m": m,
@@ -192,7 +177,6 @@ def main(argv=None) -> int:
                     f"{m}x{k}x{n} flushed {name:28s} {ms:7.3f} ms  {flops / ms / 1e9:6.1f} TFLOP/s",
                     flush=True,
                 )
-            del flush
         del x, w, wt, impls
     sampler.stop()
     if args.out:
