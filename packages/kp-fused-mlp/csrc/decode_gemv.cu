@@ -2,27 +2,33 @@
 // the MMA's M side (16 rows x 8 tokens a tile), so M = 1-32 tokens fill the N = 8 side and the
 // weight is the operand that streams.
 //
-// Fragments straight from global memory, no shared memory: a 16-byte load gives thread
+// Weight fragments straight from global memory (no shared memory): a 16-byte load gives thread
 // (g = lane / 4, t = lane % 4) the 8 columns k0 + 8t .. 8t + 7 of weight row g, another those of
 // row g + 8. A sum over k does not care in which order k runs, so the MMA's k index is permuted
 // to match: with the same 16-byte load of x row (token) g at k0 + 8t, thread (g, t) holds exactly
 // the A registers {row g, row g + 8} x {pairs 0, 1} of one m16n8k16 and the B registers of the
-// same k values; pairs 2, 3 are a second MMA. Every weight byte is loaded once, 16 bytes a thread,
-// 64 contiguous bytes a row per instruction. x (small, re-read by every warp) is copied by each
-// thread, `stages` steps ahead, into its own slots of a shared-memory ring (cp.async; no barrier:
-// a thread reads only what it copied), so no step waits on a round trip to L2 for it.
+// same k values; pairs 2, 3 are a second MMA. Every weight byte is loaded once, 16 bytes a thread;
+// a step loads `packets` adjacent packets of each row back to back, so a row is read in runs of
+// 64 x packets bytes. x (small, read by every warp) sits in two CTA-shared chunks of columns that
+// the CTA copies once (cp.async) while its warps read the other, one barrier a chunk.
 //
-// Bandwidth: each warp keeps a ring of `stages` k-steps of its 32 weight rows in registers
-// (2 KB a step): a step is consumed, then the ring slot is refilled with the step `stages`
-// ahead, so stages x 2 KB stay in flight per warp without shared memory or barriers. Weights are
-// loaded with ld.global.nc.L1::no_allocate (they would only evict x from L1) and an L2
-// evict_first policy (read once; keeps the L2 for x, the partials and the rest of the model).
+// Bandwidth: each warp keeps a ring of `stages` k-steps of its 32 weight rows in registers: a step
+// is consumed, then its ring slot is refilled with the step `stages` ahead, so stages x packets x
+// 2 KB stay in flight per warp without shared memory. Weights are loaded with
+// ld.global.nc.L1::no_allocate (they would only evict x from L1) and an L2 evict_first policy
+// (read once; keeps the L2 for x, the partials and the rest of the model).
 //
 // K splits (grid y) write fp32 partials [split, m, rows]; a second kernel sums them in split
 // order (deterministic: no atomics) and applies the epilogue. Both kernels are launched as
-// programmatic dependents (sm90) and trigger their dependents at their start, so a kernel's launch
-// hides under the previous one's tail; each waits (griddepcontrol.wait) before its first global
-// access, so the overlap never reads what the previous kernel is still writing.
+// programmatic dependents (sm90), so a kernel's launch hides under the previous one's tail; each
+// waits (griddepcontrol.wait) before its first global access, so the overlap never reads what the
+// previous kernel is still writing. When to trigger (H200, 2026-11-26, back-to-back calls, the
+// bench's "host" column; a single call's time is the same either way): a main kernel of one split
+// lets the next launch only after its weight stream: triggered at its start, the next call's CTAs
+// sat resident for the whole call, and 50 calls in a row ran at 167 us each instead of 121
+// (8192 -> 28672, 16 tokens; tools/decode_variants.cu pdl). With splits, whose dependent is the
+// reduce, it triggers at its start: triggered after the stream, back-to-back calls of 14336 ->
+// 4096 at 16 tokens ran at 52.7 us instead of 39.0 (bench_decode).
 //
 // The fma rows (decode_fma_kernel, M <= 2): the same weight stream on the CUDA cores, where the
 // MMA's 8-token tile is mostly padding. A warp owns `rows` whole weight rows; lane l reads the
@@ -34,11 +40,13 @@
 // Instantiations, listed on purpose: 5 table rows x 2 dtypes x {linear, gated} main kernels, and
 // 2 dtypes x {linear, gated} reduce kernels: 24 kernels.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
 
 #include "decode_gemv.cuh"
+#include "decode_ptx.cuh"
 #include "decode_table.h"
 #include "kp/dtype.cuh"
 #include "kp/error.cuh"
@@ -54,7 +62,8 @@ using kp::gemm::Act;
 
 constexpr int kWarps = DecodeTable::kWarps;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kStepK = 32;      // mma: columns of k a warp step covers: 4 threads x 8 elements a row
+constexpr int kStepK = 32;      // mma: columns of one packet a row: 4 threads x 8 elements (a step: PK of them)
+constexpr int kXPad = 32;       // mma: elements of padding after each token row of an x chunk (64 bytes)
 constexpr int kFmaStepK = 256;  // fma: 32 lanes x 8 elements of each row
 constexpr int kReduceThreads = 256;
 
@@ -70,40 +79,9 @@ struct Params {
   int act, splits, split_steps;
 };
 
-// ---- PTX helpers ---------------------------------------------------------------------------------
+// ---- PTX helpers (the rest: decode_ptx.cuh) ------------------------------------------------------
 
-// L2 evict_first policy for the weight stream (sm80+).
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-  return pol;
-}
-
-// 16 bytes of weights, or zeros where `ok` is false (no access then). Predicated in PTX, not a
-// branch: the ring's refill stays one straight block of loads.
-__device__ __forceinline__ uint4 ld_weight(const void* p, bool ok, uint64_t pol) {
-  uint4 v;
-  asm volatile(
-      "{\n .reg .pred q;\n setp.ne.b32 q, %5, 0;\n"
-      " mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n mov.b32 %3, 0;\n"
-      " @q ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %6;\n}\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p), "r"(static_cast<int>(ok)), "l"(pol));
-  return v;
-}
-
-// 16 bytes of x copied to shared memory asynchronously (cp.async, through L2 only), or 16 zero
-// bytes where `ok` is false (source size 0: nothing is read). Completion: cp_async_wait<N>.
-__device__ __forceinline__ void cp_async_x(void* smem, const void* p, bool ok) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(p), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Wait until at most N of this thread's most recent cp.async groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
+using namespace decode_ptx;
 
 // 16 bytes of x through L1 (every warp of the SM reads the same columns), or zeros.
 __device__ __forceinline__ uint4 ld_x(const void* p, bool ok) {
@@ -115,31 +93,6 @@ __device__ __forceinline__ uint4 ld_x(const void* p, bool ok) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p), "r"(static_cast<int>(ok)));
   return v;
-}
-
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  else
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#endif
-}
-
-// One k-step of one 16-row tile: rows g (lo) and g + 8 (hi), x row g (xv), 8 k values each: the
-// k order (8t, 8t + 1 | 8t + 2, 8t + 3) is the first MMA's (2t, 2t + 1 | 2t + 8, 2t + 9).
-template <typename T>
-__device__ __forceinline__ void mma_step(float (&c)[4], const uint4& lo, const uint4& hi, const uint4& xv) {
-  mma16816<T>(c, lo.x, hi.x, lo.y, hi.y, xv.x, xv.y);
-  mma16816<T>(c, lo.z, hi.z, lo.w, hi.w, xv.z, xv.w);
 }
 
 // The epilogue of one output element (every kernel's): act(a + bias[col]), or gated act(a +
@@ -161,13 +114,19 @@ __device__ __forceinline__ void store_out(const Params& p, int64_t tok, int64_t 
 
 // Grid: x = blocks of kWarps warps (a warp: 32 weight rows; gated: 16 output columns = 16 gate
 // rows + the 16 up rows I below them), y = K splits, z = 32-token (MT x 8) chunks of x.
-template <typename T, int MT, int U, bool GATED>
-__global__ void __launch_bounds__(kThreads) decode_gemv_kernel(const Params p) {
+// MT: 8-token MMA tiles; U: k-steps in the weight ring; PK: 16-byte packets a thread loads of each
+// of its rows a step (a step: 32 PK columns); XC: columns of an x chunk; CTAS: CTAs an SM the
+// registers must allow (decode_table.h).
+template <typename T, int MT, int U, int PK, int XC, int CTAS, bool GATED>
+__global__ void __launch_bounds__(kThreads, CTAS) decode_gemv_kernel(const Params p) {
+  constexpr int KS = kStepK * PK;  // columns a step
+  constexpr int CS = XC / KS;      // steps an x chunk
+  static_assert(XC % KS == 0, "an x chunk is whole steps");
   // Launched as a programmatic dependent: this CTA may be resident before the previous kernel of
   // the stream has finished (when that kernel triggers early, as this one does). Nothing global
   // is read or written before the wait: x may be that kernel's output, and so may the weights.
   kp::wait_prior_grid();
-  kp::allow_dependents();  // the next kernel (the reduce, the next decode call) may launch now
+  if (p.splits > 1) kp::allow_dependents();  // the dependent is our reduce (header: when to trigger)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t warp_id = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   // Output column of tile r's row g (+ 8 h); its weight row is col (+ I for the gated up tile).
@@ -175,8 +134,8 @@ __global__ void __launch_bounds__(kThreads) decode_gemv_kernel(const Params p) {
   auto col_of = [&](int r, int h) { return col0 + (GATED ? 0 : 16 * r) + g + 8 * h; };
   auto row_of = [&](int r, int h) { return col_of(r, h) + (GATED && r == 1 ? p.n_out : 0); };
 
-  const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.split_steps * kStepK;
-  const int klen = static_cast<int>(std::min<int64_t>(p.k - k_begin, static_cast<int64_t>(p.split_steps) * kStepK));
+  const int64_t k_begin = static_cast<int64_t>(blockIdx.y) * p.split_steps * KS;
+  const int klen = static_cast<int>(std::min<int64_t>(p.k - k_begin, static_cast<int64_t>(p.split_steps) * KS));
   const int64_t tok0 = static_cast<int64_t>(blockIdx.z) * (8 * MT);
 
   const T* wp[2][2];
@@ -188,37 +147,52 @@ __global__ void __launch_bounds__(kThreads) decode_gemv_kernel(const Params p) {
       wv[r][h] = col_of(r, h) < p.n_out;
       wp[r][h] = static_cast<const T*>(p.w) + (wv[r][h] ? row_of(r, h) * p.w_stride : 0) + k_begin + 8 * t;
     }
-  const T* xp[MT];
-  bool xv[MT];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-    const int64_t tok = tok0 + 8 * mt + g;
-    xv[mt] = tok < p.m;
-    xp[mt] = static_cast<const T*>(p.x) + (xv[mt] ? tok * p.x_stride : 0) + k_begin + 8 * t;
-  }
   const uint64_t pol = evict_first_policy();
 
-  // x rides in a ring of its own, `U` steps ahead like the weights, but in shared memory: each
-  // thread copies (cp.async) the 16-byte x packets its own MMAs will read, so no barrier is needed,
-  // and no register holds x while it is in flight. Loaded at the step (through L1) instead, x was
-  // the critical path: every step began with a round trip to L2 for its first touch (ncu, H200,
-  // 2026-11-26: 47% of the stall samples on the first use of x, 75% long-scoreboard stalls).
-  extern __shared__ uint4 x_ring[];  // [U][MT][kThreads]
-  auto x_slot = [&](int u, int mt) -> uint4& { return x_ring[(u * MT + mt) * kThreads + threadIdx.x]; };
-
-  uint4 ring[U][2][2];
-  auto refill = [&](uint4 (&slot)[2][2], int u, int step) {
-    const bool kin = step * kStepK + 8 * t < klen;
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) slot[r][h] = ld_weight(wp[r][h] + step * kStepK, wv[r][h] && kin, pol);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) cp_async_x(&x_slot(u, mt), xp[mt] + step * kStepK, xv[mt] && kin);
+  // x in CTA-shared chunks of XC columns, double-buffered: the CTA's 128 threads copy chunk c + 1
+  // (cp.async) while its warps read chunk c, one barrier a chunk. Every warp reads all of x, so a
+  // copy per warp (the rings of before) moved 8 MT / 32 of the weight bytes again from L2 into
+  // the SM: 50% at 16 tokens; shared, a quarter of that. Token rows padded by 64 bytes, so the 8
+  // rows g of a quarter-warp's 16-byte reads fall in different banks. Columns past the split and
+  // tokens past M are zero-filled (the weights there are zeros; garbage x could be NaN).
+  constexpr int kRowElems = XC + kXPad;
+  extern __shared__ uint4 x_smem[];  // [2][8 MT][kRowElems] of T
+  T* const x_chunks = reinterpret_cast<T*>(x_smem);
+  const T* const x_base = static_cast<const T*>(p.x);
+  auto load_chunk = [&](int c) {
+    T* buf = x_chunks + (c & 1) * (8 * MT) * kRowElems;
+    constexpr int kPackets = 8 * MT * (XC / 8);
+    static_assert(kPackets % kThreads == 0, "a chunk is whole packets a thread");
+    // Not unrolled: unrolled, ptxas keeps every packet's address live across the main loop (spills).
+#pragma unroll 1
+    for (int i0 = 0; i0 < kPackets; i0 += kThreads) {
+      const int i = i0 + threadIdx.x;
+      const int tok = i / (XC / 8), c8 = i % (XC / 8);
+      const int col = c * XC + 8 * c8;  // within the split
+      const bool ok = tok0 + tok < p.m && col < klen;
+      cp_async_16(buf + tok * kRowElems + 8 * c8, ok ? x_base + (tok0 + tok) * p.x_stride + k_begin + col : x_base, ok);
+    }
     cp_async_commit();
   };
+
+  // Each warp keeps a ring of U k-steps of its 32 weight rows in registers; a step's PK packets of
+  // a row are requested back to back, so a row is read in 64 PK-byte runs (PK = 1, 64-byte runs
+  // a step apart, ran at ~72% of copy at 16 tokens; PK = 2 at 82-92%: H200, 2026-11-26).
+  uint4 ring[U][2][2][PK];
+  auto refill = [&](int u, int step) {
 #pragma unroll
-  for (int u = 0; u < U; ++u) refill(ring[u], u, u);
+    for (int pk = 0; pk < PK; ++pk) {
+      const bool kin = step * KS + kStepK * pk + 8 * t < klen;
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          ring[u][r][h][pk] = ld_weight(wp[r][h] + step * KS + kStepK * pk, wv[r][h] && kin, pol);
+    }
+  };
+  load_chunk(0);
+#pragma unroll
+  for (int u = 0; u < U; ++u) refill(u, u);
 
   float acc[2][MT][4];
 #pragma unroll
@@ -228,25 +202,39 @@ __global__ void __launch_bounds__(kThreads) decode_gemv_kernel(const Params p) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[r][mt][i] = 0.f;
 
-  const int steps = (klen + kStepK - 1) / kStepK;
+  // Steps run in whole rings past the split's end (zeros: nothing is loaded there), so every
+  // thread of the CTA meets the same chunk barriers.
+  const int steps = (klen + KS - 1) / KS;
   for (int s0 = 0; s0 < steps; s0 += U) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int step = s0 + u;
-      cp_async_wait<U - 1>();  // this step's x group: U groups were in flight, the oldest is ours
-      uint4 xb[MT];
+      const int c = step / CS;
+      if (step % CS == 0) {
+        cp_async_wait<0>();  // chunk c (ours; the other threads' after the barrier)
+        __syncthreads();     // ... and every warp is done with chunk c - 1, whose buffer c + 1 takes
+        load_chunk(c + 1);
+      }
+      const T* xrow = x_chunks + (c & 1) * (8 * MT) * kRowElems + (step % CS) * KS + 8 * t;
+      uint4 xb[MT][PK];
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) xb[mt] = x_slot(u, mt);
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r)
+        for (int pk = 0; pk < PK; ++pk)
+          xb[mt][pk] = *reinterpret_cast<const uint4*>(xrow + (8 * mt + g) * kRowElems + kStepK * pk);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) mma_step<T>(acc[r][mt], ring[u][r][0], ring[u][r][1], xb[mt]);
-      // Slot u is free again: its x is in registers and consumed (the MMAs above read xb).
-      refill(ring[u], u, step + U);  // steps past the split load nothing (zeros)
+      for (int pk = 0; pk < PK; ++pk)
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+            mma_step<T>(acc[r][mt], ring[u][r][0][pk], ring[u][r][1][pk], xb[mt][pk]);
+      refill(u, step + U);  // steps past the split load nothing (zeros)
     }
   }
 
-  cp_async_wait<0>();  // nothing in flight at exit (the last groups are the zero fills past the split)
+  cp_async_wait<0>();  // nothing in flight at exit (the last chunks are zero fills past the split)
+  if (p.splits == 1) kp::allow_dependents();  // only the epilogue is left (header: when to trigger)
 
   // Accumulator i of tile r, token tile mt: weight row of (r, h = i / 2), token 8 mt + 2t + i % 2.
   if (p.splits > 1) {
@@ -305,13 +293,13 @@ __device__ __forceinline__ void unpack8(const uint4& q, float (&f)[8]) {
 }
 
 // Grid: x = blocks of kWarps warps (a warp: R weight rows; gated: R / 2 output columns, their gate
-// rows and the up rows I below them), y = K splits, z = MM-token chunks of x. 128 registers at
-// most (4 CTAs, 16 warps an SM: decode_table.h says why).
-template <typename T, int MM, int U, int R, bool GATED>
-__global__ void __launch_bounds__(kThreads, 4) decode_fma_kernel(const Params p) {
+// rows and the up rows I below them), y = K splits, z = MM-token chunks of x. CTAS = 4: 128
+// registers at most (16 warps an SM: decode_table.h says why).
+template <typename T, int MM, int U, int R, int CTAS, bool GATED>
+__global__ void __launch_bounds__(kThreads, CTAS) decode_fma_kernel(const Params p) {
   static_assert(!GATED || R % 2 == 0, "gated: a warp's rows are gate / up pairs");
   kp::wait_prior_grid();  // as decode_gemv_kernel: nothing global before the wait
-  kp::allow_dependents();
+  if (p.splits > 1) kp::allow_dependents();  // as decode_gemv_kernel
   constexpr int C = GATED ? R / 2 : R;  // output columns a warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * C;
@@ -375,6 +363,7 @@ __global__ void __launch_bounds__(kThreads, 4) decode_fma_kernel(const Params p)
     }
   }
 
+  if (p.splits == 1) kp::allow_dependents();  // as decode_gemv_kernel
   // The lanes' partial sums over the warp: a fixed xor tree, so every lane holds the same total.
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -427,9 +416,9 @@ template <typename T, int Row, bool GATED>
 constexpr auto main_kernel() {
   using R = DecodeRowT<Row>;
   if constexpr (R::kind == DecodeKind::kFma)
-    return decode_fma_kernel<T, R::tokens, R::stages, R::rows, GATED>;
+    return decode_fma_kernel<T, R::tokens, R::stages, R::rows, R::ctas, GATED>;
   else
-    return decode_gemv_kernel<T, R::tokens, R::stages, GATED>;
+    return decode_gemv_kernel<T, R::tokens, R::stages, R::packets, R::x_chunk, R::ctas, GATED>;
 }
 
 // f(kernel) for the (dtype, row, gated) instantiation: the one place they are chosen.
@@ -457,12 +446,32 @@ void with_main_kernel(int dtype, int row, bool gated, F&& f) {
 
 bool is_fma(const DecodeRow& row) { return row.kind == DecodeKind::kFma; }
 // Columns of k a step covers, output columns a CTA covers, tokens a CTA covers (grid z's unit).
-int64_t step_k(const DecodeRow& row) { return is_fma(row) ? kFmaStepK : kStepK; }
+int64_t step_k(const DecodeRow& row) { return is_fma(row) ? kFmaStepK : kStepK * row.packets; }
 int64_t cols_per_block(const DecodeRow& row, bool gated) { return kWarps * (gated ? row.rows / 2 : row.rows); }
 int64_t tokens_per_chunk(const DecodeRow& row) { return is_fma(row) ? row.tokens : 8 * row.tokens; }
-// Dynamic shared memory of a CTA: the mma rows' x ring, [stages][m_tiles][threads] 16-byte packets.
+// Dynamic shared memory of a CTA: the mma rows' two x chunks, [2][8 m_tiles][x_chunk + kXPad] elements
+// (2 bytes each). At most 48 KB (decode_table.h), so no opt-in attribute is needed on any arch.
 size_t smem_bytes(const DecodeRow& row) {
-  return is_fma(row) ? 0 : static_cast<size_t>(row.stages) * row.tokens * kThreads * sizeof(uint4);
+  return is_fma(row) ? 0 : static_cast<size_t>(2) * 8 * row.tokens * (row.x_chunk + kXPad) * 2;
+}
+
+// The K splits of a call (decode_table.h's rule): the fewest whose waves fill the GPU best. A
+// grid of W = ctas x S / slots waves keeps W / ceil(W) of the resident slots busy over the call
+// (1.13 waves: 57%, its second wave a tail), and below one wave W / min_wave, where min_wave is
+// the share of the slots that saturates HBM. Bounded by the split length and the partials' bytes.
+int64_t pick_splits(const DecodeRow& row, int64_t ctas, int64_t slots, int64_t ksteps, int64_t m, int64_t k) {
+  const int64_t by_steps = std::max<int64_t>(1, ksteps / row.min_split_steps);
+  const int64_t by_ws = std::max<int64_t>(1, row.ws_pct * k / (400 * std::max<int64_t>(1, m)));
+  const int64_t s_max = std::min({by_steps, by_ws, static_cast<int64_t>(DecodeTable::kMaxSplits)});
+  const double min_wave = row.min_wave_pct / 100.0;
+  int64_t best = 1;
+  double best_eff = -1;
+  for (int64_t s = 1; s <= s_max; ++s) {
+    const double w = static_cast<double>(ctas * s) / static_cast<double>(std::max<int64_t>(1, slots));
+    const double eff = w > 1 ? w / std::ceil(w) : std::min(1.0, w / min_wave);
+    if (eff > best_eff + 0.02) best = s, best_eff = eff;  // a split must earn its partials: > 2%
+  }
+  return best;
 }
 
 DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int row_index,
@@ -480,15 +489,10 @@ DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype,
     pl.ctas_per_sm = kp::blocks_per_sm(reinterpret_cast<const void*>(kernel), device, kThreads, smem_bytes(row));
   });
   int64_t s = splits;
-  if (s <= 0) {
-    const int64_t fill = kp::cdiv(static_cast<int64_t>(row.fill) * info.sms, ctas);
-    const int64_t one_wave = std::max<int64_t>(1, static_cast<int64_t>(pl.ctas_per_sm) * info.sms / ctas);
-    const int64_t by_steps = std::max<int64_t>(1, ksteps / row.min_split_steps);
-    const int64_t by_ws = std::max<int64_t>(1, row.ws_pct * k / (400 * std::max<int64_t>(1, m)));
-    s = std::min({fill, one_wave, by_steps, by_ws, static_cast<int64_t>(DecodeTable::kMaxSplits)});
-  }
+  if (s <= 0) s = pick_splits(row, ctas, static_cast<int64_t>(pl.ctas_per_sm) * info.sms, ksteps, m, k);
   s = std::max<int64_t>(1, std::min(s, ksteps));
   pl.split_steps = static_cast<int>(kp::cdiv(ksteps, s));
+  pl.step_k = static_cast<int>(step_k(row));
   pl.splits = static_cast<int>(kp::cdiv(ksteps, pl.split_steps));  // no empty split
   pl.grid_x = static_cast<int>(blocks);
   pl.grid_y = pl.splits;

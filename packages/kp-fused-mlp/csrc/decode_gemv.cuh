@@ -31,7 +31,8 @@ struct DecodeArgs {
 struct DecodePlan {
   int row;         // of DecodeTable (decode_row_names())
   int splits;      // K splits (1: the epilogue in the main kernel, no workspace)
-  int split_steps; // 32-column k-steps a split covers
+  int split_steps; // k-steps a split covers
+  int step_k;      // columns of a k-step (fma rows 256; mma rows 32 x packets)
   int grid_x, grid_y, grid_z;  // row blocks, splits, token chunks of x (the row's tokens)
   int ctas_per_sm; // resident CTAs of the row's kernel
 };

@@ -23,36 +23,44 @@
 //        128-register cap (the 8 x 4 fp32 x values a step): 128 B spilled at 4 stages, 28 B at
 //        3; so the fma rows stop at 2 tokens and M = 3-8 runs the m8 mma row.
 //   mma  mma.sync m16n8k16 (decode_gemv_kernel): 32 weight rows a warp as the MMA's M side,
-//        `m_tiles` 8-token MMA columns of x.
+//        `m_tiles` 8-token MMA columns of x, x from CTA-shared chunks.
 // Rows (the first whose max_m >= M wins; a forced row past its max_m runs x in chunks of its
 // tokens, grid z):
 //   tokens    fma: the tokens a warp accumulates (registers: rows x tokens accumulators, 8 x
 //             tokens fp32 x values a step); mma: 8-token MMA tiles (`m_tiles`): the warp's
 //             accumulators are 2 x m_tiles x 4 fp32 registers.
 //   stages    fma: 256-column steps of `rows` rows (512 B a row) in each warp's register ring
-//             (4 x stages x rows registers: 64 for 4 x 4, 8 KB a warp); mma: k-steps of weights (32
-//             columns x 32 rows, 2 KB a warp, 16 B a thread and row): ring registers 16 x stages.
-//             m8: 6 stages = 96 + 8 accumulators; m16: 5 = 80 + 16; m32: 3 = 48 + 32.
-//             With x in its shared-memory ring (a step: m_tiles x 512 B a warp) the register ring
-//             no longer sets the speed (H200, 2026-11-26: m16 at 4, 5 or 7 stages within ~3%),
-//             but ptxas hoists the ring's x reads and the registers grew: 7 / 5 stages took 255
-//             registers with 8 / 176 B spilled (m16 / m32). So the stages are the most that fit
-//             without a spill and leave room for more CTAs: m8 6 (164 registers, 160 gated, 3
-//             CTAs an SM), m16 5 (168 / 164, 3 CTAs), m32 3 (200 / 172, 2-3 CTAs). ptxas, sm_90a.
+//             (4 x stages x rows registers: 64 for 4 x 4, 8 KB a warp); mma: k-steps of weights
+//             (32 rows x 32 packets columns) in the warp's register ring: 16 x packets x stages
+//             registers (96 for 2 x 3).
+//   packets   mma: 16-byte packets a thread loads of each of its rows a step, back to back: a row
+//             is read in runs of 64 x packets bytes. H200 microbenchmark (2026-11-26,
+//             tools/decode_variants.cu, clean read flush, % of a copy of the same bytes, 16
+//             tokens): 1 packet (64-byte runs a step apart) 71-79%; 2 packets 79-91% with x shared
+//             (below); 4 packets no better than 2 and 255 registers (2 CTAs an SM).
+//   x_chunk   mma: columns of each of the two CTA-shared x chunks (2 x 8 m_tiles x (x_chunk + 32)
+//             elements of shared memory, <= 48 KB: m8 17 KB, m16 35 KB, m32 37 KB). Before, each
+//             warp copied all of x into a ring of its own: x was 8 m_tiles / 32 of the weight
+//             traffic into the SM (50% at 16 tokens); shared, the 4 warps copy it once. Same
+//             microbenchmark, 16 tokens, 1 packet: +3-8% alone, +6-15% with 2 packets.
+//             m8 / m16 at 2 packets x 3 stages: 166-168 registers, 3 CTAs an SM, no spills.
+//             m32 keeps 1 packet; the GEMM takes 32 tokens by default (the cut below).
 //   rows      fma: weight rows a warp (gated: rows / 2 gate rows and their up rows); mma: 32.
-//   fill      CTAs per SM the split rule aims for: an mma row block is 128 weight rows, so
-//             N = 4096 gives 32 CTAs; 132 SMs want several K splits. An fma CTA is 16 rows.
-//   min_split_steps  steps a split keeps at least (its ring must fill: >= 2 x stages).
+//   ctas      the kernel's __launch_bounds__ CTAs an SM: the registers a thread may take (168 at 3,
+//             255 at 2). m32's 4 token tiles take 188 unbounded: 2 CTAs, no spill.
+//   min_wave_pct  the share of the resident CTA slots that keeps HBM saturated, for the split
+//             rule below: 45 for the mma rows (H200: 14336 -> 4096 at 16 tokens is as fast at 6
+//             splits, 0.48 of a wave, as at 8 or 12); 100 for the fma rows.
+//   min_split_steps  steps a split keeps at least (its ring must fill: >= 2 x stages; an x chunk).
 //   ws_pct    the fp32 partials of the splits (written and read: 8 S M N bytes) may cost at
 //             most this % of the weight bytes (2 N K): S <= ws_pct K / (400 M). K = 4096: S <= 2
-//             at 16 tokens (112 -> 224 CTAs for N = 14336: every SM busy), S = 1 at 32.
-// Splits S = min(ceil(fill x SMs / CTAs), floor(resident CTAs / CTAs) (one wave: every CTA
-// moves the same bytes, so a second partial wave would be a tail), steps / min_split_steps,
-// the ws_pct bound, kMaxSplits), at least 1. `decode_splits` (Python) overrides S for sweeps,
-// `decode_row` the row.
-// H200 sweeps of the mma rows (2026-11-26, notes sweep_linear.txt): within ~5% of the best split
-// at 1 and 16 tokens on the Llama shapes; at 32 tokens the ws_pct bound keeps S = 1-4 where 8
-// was up to 1.35x faster (14336 -> 4096), but the GEMM wins there anyway (the cut below).
+//             at 16 tokens, K = 8192: S <= 5.
+// Splits (decode_gemv.cu's pick_splits): of S = 1 .. min(steps / min_split_steps, the ws_pct bound,
+// kMaxSplits), the fewest with the best wave fill, W = CTAs x S / resident CTAs waves keeping
+// W / ceil(W) of the slots busy past one wave (1.13 waves: 57%) and W / min_wave below one. The
+// old rule (at most one wave) gave the gated 8192 / 28672 shape 1 split, 1.13 waves: 268 us at
+// 16 tokens against 233 us at 4-6 splits (microbenchmark above). `decode_splits` (Python)
+// overrides S for sweeps, `decode_row` the row.
 #pragma once
 #include <cstdint>
 
@@ -67,7 +75,10 @@ struct DecodeRow {
   int tokens;  // fma: tokens a warp; mma: 8-token MMA tiles (m_tiles)
   int stages;
   int rows;    // weight rows a warp
-  int fill;
+  int packets; // mma: 16-byte packets a thread and row a step (fma: unused, 1)
+  int x_chunk; // mma: columns of a shared x chunk (fma: unused, 0)
+  int ctas;    // CTAs an SM the registers must allow (__launch_bounds__: 65536 / (128 x ctas) registers)
+  int min_wave_pct;
   int min_split_steps;
   int ws_pct;
 };
@@ -75,12 +86,12 @@ struct DecodeRow {
 struct DecodeTable {
   using K = DecodeKind;
   static constexpr DecodeRow rows[] = {
-      // name             kind     max_m  tokens  stages  rows  fill  min_split_steps  ws_pct
-      {"decode_fma_m1",   K::kFma,     1,      1,      4,    4,    4,               8,     4},
-      {"decode_fma_m2",   K::kFma,     2,      2,      4,    4,    4,               8,     4},
-      {"decode_m8",       K::kMma,     8,      1,      6,   32,    2,              16,     4},
-      {"decode_m16",      K::kMma,    16,      2,      5,   32,    2,              14,     4},
-      {"decode_m32",      K::kMma,    32,      4,      3,   32,    2,              10,     4},
+      // name             kind     max_m  tokens  stages  rows  packets  x_chunk  ctas  min_wave_pct  min_split_steps  ws_pct
+      {"decode_fma_m1",   K::kFma,     1,      1,      4,    4,       1,       0,    4,          100,               8,     4},
+      {"decode_fma_m2",   K::kFma,     2,      2,      4,    4,       1,       0,    4,          100,               8,     4},
+      {"decode_m8",       K::kMma,     8,      1,      3,   32,       2,     512,    3,           45,               8,     4},
+      {"decode_m16",      K::kMma,    16,      2,      3,   32,       2,     512,    3,           45,               8,     4},
+      {"decode_m32",      K::kMma,    32,      4,      3,   32,       1,     256,    2,           45,              10,     4},
   };
   static constexpr int size = sizeof(rows) / sizeof(rows[0]);
   // The most tokens a row serves by default: gated_linear's cuda level takes calls up to it (no
@@ -90,20 +101,22 @@ struct DecodeTable {
   static constexpr int kWarps = 4;  // a CTA: 4 warps (mma: x 32 weight rows; fma: x `rows`)
 };
 
-// Where linear_act leaves the decode kernels for the GEMM, by shape: the first row whose
-// max_n_per_k_pct >= 100 N / K gives the most tokens the decode kernels take; more run the GEMM.
-// Why the shape matters: the GEMM (gemm_table.h) has no split-K, so N / 128 output tiles are its
-// CTAs; with N <= K (down projections) that is few CTAs with long K loops (N = 4096: 32 CTAs on
-// 132 SMs), and the decode kernel's split-K wins up to 16 tokens. With N > K the GEMM fills the
-// SMs and its 64-token tile costs the same at 9-64 tokens, while the mma rows slow down with M.
-// H200 2026-11-26 (notes bench_decode_h200_run1.txt, dirty 256 MB flush, us, decode | GEMM):
-//                     1 token        16 tokens      32 tokens
-//   4096 -> 14336     38.6 | 43.6    44.3 | 42.8    78.9 | 41.8
-//   14336 -> 4096     39.4 | 57.7    43.2 | 53.7    71.9 | 52.8
-//   8192 -> 28672    128.4 | 138.8  152.3 | 131.3  192.3 | 125.4
-//   28672 -> 8192    128.9 | 163.1  143.8 | 148.5  183.6 | 139.5
-// so: N <= K decode up to 16 tokens; N > K up to 8 (the m8 row's time is flat in M, and M = 1
-// won on every shape; 9-16 tokens lost on both N > K shapes). The fma rows change only M <= 4.
+// Where linear_act (and gated_linear, against its [2I, H] weight) leaves the decode kernels for
+// the GEMM, by shape: the first row whose max_n_per_k_pct >= 100 N / K gives the most tokens the
+// decode kernels take; more run the GEMM. Why by shape: the GEMM (gemm_table.h) has no split-K, so
+// N / 128 output tiles are its CTAs; with N <= K (down projections) that is few CTAs with long K
+// loops (N = 4096: 32 CTAs on 132 SMs), and the decode kernel's split-K wins by far.
+// H200 2026-11-26, session 21 (bench_decode, us, decode | kp's GEMM forced):
+//                          8 tokens       16 tokens
+//   4096 -> 14336         38.3 | 38.5    40.1 | 38.2
+//   14336 -> 4096         38.4 | 49.7    39.9 | 48.5
+//   8192 -> 28672          125 | 126      130 | 126
+//   28672 -> 8192          127 | 152      129 | 143
+//   GatedMLP 4096 / 14336  101 (8 tok) and 106 (16 tok) with the gated decode rows; 126 at 16 with
+//   the gated GEMM (session 20); 8192 / 28672: 382 against 459.
+// So one row, 16 tokens on every shape: linear_act at 9-16 tokens with N > K is 3-5% slower than
+// its GEMM would be, but the gated GEMM is 20% slower than the gated decode rows there, and both
+// read this cut. A cut of its own for gated_linear is the next step.
 struct DecodeCut {
   int max_n_per_k_pct;  // 100 N / K at most
   int max_m;
@@ -111,8 +124,7 @@ struct DecodeCut {
 struct DecodeCutTable {
   static constexpr DecodeCut rows[] = {
       // max_n_per_k_pct  max_m
-      {100, 16},
-      {INT32_MAX, 8},
+      {INT32_MAX, 16},
   };
 };
 
@@ -122,6 +134,9 @@ struct DecodeRowT {
   static constexpr int tokens = DecodeTable::rows[Row].tokens;
   static constexpr int stages = DecodeTable::rows[Row].stages;
   static constexpr int rows = DecodeTable::rows[Row].rows;
+  static constexpr int packets = DecodeTable::rows[Row].packets;
+  static constexpr int x_chunk = DecodeTable::rows[Row].x_chunk;
+  static constexpr int ctas = DecodeTable::rows[Row].ctas;
 };
 
 // The row a call of M tokens gets.

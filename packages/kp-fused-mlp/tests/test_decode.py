@@ -4,6 +4,8 @@ M), every row forced at M = 1, 2, 3, 5 (K = 8, N tails, splits, every epilogue, 
 K and N odd multiples of 8 and Llama's sizes, every epilogue, every K split forced, strided x,
 NaN-poisoned outputs, M = 0, determinism, CUDA graphs, torch.compile, GatedMLP's down projection.
 The plan, the supports() answers and the native argument checks also run on CPU."""
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -62,12 +64,13 @@ def _gated_oracle(x, w, b, act):
 
 def _fma(plan):
     """Whether a plan runs an fma row (16 weight rows a CTA, 256-column steps) or an mma row (128
-    rows, 32 columns)."""
+    rows, 32 x packets columns)."""
     return plan["row"].startswith("decode_fma")
 
 
 def _step_k(plan):
-    return 256 if _fma(plan) else 32
+    assert plan["step_k"] in ((256,) if _fma(plan) else (32, 64)), plan
+    return plan["step_k"]
 
 
 def _poison(*shapes):
@@ -91,10 +94,11 @@ def test_configs_and_cut():
     assert mod.gemm_configs()[-1] == "decode_gemv"
     assert mod.decode_configs() == ROWS and _cuda.decode_configs() == tuple(ROWS)
     assert _cuda.DECODE_MAX_M == mod.decode_max_m() == 32
-    # The cut by shape (decode_table.h's DecodeCut): N <= K decode up to 16 tokens, N > K up to 8.
-    for m, n, k, want in [(1, 14336, 4096, True), (8, 14336, 4096, True), (9, 14336, 4096, False),
-                          (16, 4096, 14336, True), (16, 4096, 4096, True), (17, 4096, 14336, False),
-                          (32, 4096, 14336, False), (1, 28672, 8192, True), (16, 28672, 8192, False)]:  # fmt: skip
+    # The cut (decode_table.h's DecodeCut): decode up to 16 tokens, whatever the shape.
+    for m, n, k, want in [(1, 14336, 4096, True), (8, 14336, 4096, True), (16, 14336, 4096, True),
+                          (17, 14336, 4096, False), (16, 4096, 14336, True), (16, 4096, 4096, True),
+                          (17, 4096, 14336, False), (32, 4096, 14336, False), (1, 28672, 8192, True),
+                          (16, 28672, 8192, True), (17, 57344, 8192, False)]:  # fmt: skip
         assert _cuda.decode_serves_linear(m, n, k) is want is mod.decode_serves_linear(m, n, k), (m, n, k)
         assert _cuda.gemm_plan(m, n, k) == ("decode_gemv" if want else "pingpong_64x128"), (m, n, k)
     assert _cuda.gemm_plan(33, 4096, 4096) == "pingpong_64x128"
@@ -105,7 +109,8 @@ def test_configs_and_cut():
     assert linear.is_decode(x, 64) and not linear.is_decode(torch.empty(33, 64), 64)
     assert linear.is_decode(torch.empty(2, 16, 64), 64) and not linear.is_decode(torch.empty(3, 11, 64), 64)
     assert linear.linear_decodes(torch.empty(2, 8, 64), 64, 64) and not linear.linear_decodes(x, 64, 64)
-    assert linear.linear_decodes(torch.empty(9, 128), 64, 128) and not linear.linear_decodes(torch.empty(9, 64), 128, 64)
+    assert linear.linear_decodes(torch.empty(16, 128), 64, 128) and linear.linear_decodes(torch.empty(16, 64), 128, 64)
+    assert not linear.linear_decodes(torch.empty(17, 128), 64, 128)
     with pytest.raises(ValueError, match="decode_row must be one of decode_fma_m1"):
         _cuda._decode_row_index("decode_m64")
 
@@ -209,7 +214,7 @@ def test_every_split_forced(m, k, n, splits, seed):
 @pytest.mark.gpu
 def test_plan_of_the_table():
     """The split rule's answers are whole: splits x split_steps cover K, no split is empty,
-    one wave where the row blocks fit, the workspace only with splits."""
+    at most one wave or a last wave at least 80% full, the workspace only with splits."""
     _gpu()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for m, k, n in [(1, 4096, 14336), (16, 4096, 14336), (32, 4096, 14336), (1, 14336, 4096), (32, 14336, 4096),
@@ -220,8 +225,8 @@ def test_plan_of_the_table():
         assert p["grid"] == (-(-n // (16 if _fma(p) else 128)), p["splits"], 1), p
         assert p["workspace_bytes"] == (4 * p["splits"] * m * n if p["splits"] > 1 else 0), p
         assert p["ctas_per_sm"] >= 1, p
-        if p["splits"] > 1:
-            assert p["grid"][0] * p["splits"] <= p["ctas_per_sm"] * sms, p
+        waves = p["grid"][0] * p["splits"] / (p["ctas_per_sm"] * sms)
+        assert waves <= 1 or waves / math.ceil(waves) >= 0.8, (waves, p)  # no long tail wave
     assert _cuda.decode_plan(40, 64, 64)["grid"][2] == 2  # forced past the cut: 32-token chunks
 
 

@@ -6,9 +6,9 @@
 #
 # tests:    test_decode.py (the decode kernels), test_linear_act.py and test_gated_mlp.py (what the
 #           decode cut changed), -v -rfE, reports in $OUT/pytest_*.txt
-# sanitize: compute-sanitizer memcheck and initcheck (the split partials must all be written before
-#           the reduce reads them) over tools/sanitize_fused-mlp.py's decode section; the kernels use
-#           no shared memory: no racecheck needed
+# sanitize: compute-sanitizer memcheck, initcheck (the split partials must all be written before
+#           the reduce reads them) and racecheck (the mma rows' double-buffered x chunks in shared
+#           memory) over tools/sanitize_fused-mlp.py's decode section
 # sweep:    tools/decode_sweep.py, K splits 0 (table) and 1-16, linear and gated -> $OUT/sweep_*.json
 # rows:     tools/decode_sweep.py --rows: every decode row forced at 1-4, 8, 16, 32 tokens (table
 #           splits): fma vs mma at 1-4 tokens, the deeper m16 / m32 rings -> $OUT/rows_*.json
@@ -32,7 +32,7 @@ fi
 
 if [[ $what == all || $what == sanitize ]]; then
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  for tool in memcheck initcheck; do
+  for tool in memcheck initcheck racecheck; do
     run "$SAN" --tool $tool --error-exitcode 1 python "$PKG/tools/sanitize_fused-mlp.py" decode \
       > "$OUT/sanitize_$tool.txt" 2>&1
     tail -2 "$OUT/sanitize_$tool.txt"

@@ -301,7 +301,7 @@ _DECODE_CUTS = tuple(NATIVE.module.decode_cuts()) if NATIVE.loaded else ()
 
 def decode_serves_linear(m: int, n: int, k: int) -> bool:
     """Whether linear_act's cuda level runs [m, k] x [n, k]^T on the decode kernels rather than the
-    GEMM (csrc/decode_table.h's DecodeCut: up to 16 tokens where N <= K, 8 where N > K). The native
+    GEMM (csrc/decode_table.h's DecodeCut: up to 16 tokens, by shape). The native
     rule (gemm_plan's) in plain Python, so that torch.compile traces it; tests/test_decode.py checks
     that both agree."""
     for max_n_per_k_pct, max_m in _DECODE_CUTS:
@@ -338,8 +338,8 @@ def _plan(m: int, n_out: int, k: int, gated: bool, dtype_code: int, splits: int,
 
 def decode_plan(m: int, n_out: int, k: int, *, gated: bool = False, dtype=torch.bfloat16, splits: int = 0,
                 row: Optional[str] = None, device=None) -> dict:  # fmt: skip
-    """The decode kernels' plan of a call (row, splits, split_steps, grid, ctas_per_sm,
-    workspace_bytes). n_out: N (gated: I); splits > 0: forced, as `decode_splits` does; row: a
+    """The decode kernels' plan of a call (row, splits, split_steps, step_k: the columns of a
+    split's k-steps, grid, ctas_per_sm, workspace_bytes). n_out: N (gated: I); splits > 0: forced, as `decode_splits` does; row: a
     decode_configs() name, forced, as `decode_row` does."""
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     index = dev.index if dev.index is not None else torch.cuda.current_device()

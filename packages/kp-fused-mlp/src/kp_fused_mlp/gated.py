@@ -44,7 +44,7 @@ same cut by shape as linear_act's)."""
 
 def describe_backends() -> list:
     """Lines for `python -m kp_core`: what `auto` picks for a bf16 Llama-3-8B training call and a
-    decode (inference, 1-8 tokens at this shape) call."""
+    decode (inference, 1-16 tokens) call."""
     return [f"{line} (training)" for line in LEVELS.describe(torch.bfloat16, True, 14336, 4096, False)] + [
         f"{line} (decode)" for line in LEVELS.describe(torch.bfloat16, False, 14336, 4096, True)
     ]

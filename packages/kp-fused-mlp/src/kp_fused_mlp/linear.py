@@ -216,8 +216,8 @@ def linear_act(
     or None; one dtype for all (float32, float16, bfloat16). `activation`: "none", "relu", "gelu",
     "gelu_tanh" (gelu with approximate="tanh") or "silu". Returns [..., out_features].
 
-    The cuda level needs float16/bfloat16. Without a gradient, up to 8 rows, 16 where out_features
-    <= in_features (`_cuda.decode_serves_linear`), it runs its decode kernels (sm80 or newer,
+    The cuda level needs float16/bfloat16. Without a gradient, up to 16 rows
+    (`_cuda.decode_serves_linear`), it runs its decode kernels (sm80 or newer,
     in_features a multiple of 8: it streams the weight in 16-byte packets); more rows, and calls
     that need gradients, run kp's GEMM (an sm_90 GPU, in_features and out_features multiples of 8:
     TMA moves 16-byte rows), which differentiates x, weight and bias (first derivatives). A named
