@@ -90,6 +90,7 @@ PYBIND11_MODULE(_C, m) {
         d["splits"] = p.splits;
         d["split_steps"] = p.split_steps;
         d["step_k"] = p.step_k;
+        d["cluster"] = p.cluster;
         d["grid"] = py::make_tuple(p.grid_x, p.grid_y, p.grid_z);
         d["ctas_per_sm"] = p.ctas_per_sm;
         d["workspace_bytes"] = kp_fused_mlp::decode_workspace_bytes(p, m_, n_out, gated);
@@ -97,7 +98,7 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("m"), py::arg("n_out"), py::arg("k"), py::arg("gated"), py::arg("dtype"), py::arg("splits"),
       py::arg("device"), py::arg("row") = -1,
-      "the decode kernel's plan of a call (row, splits, split_steps, step_k, grid, ctas_per_sm, workspace_bytes); "
+      "the decode kernel's plan of a call (row, splits, split_steps, step_k, cluster, grid, ctas_per_sm, workspace_bytes); "
       "splits > 0 forces that many, row >= 0 that table row");
   m.def("decode_serves_linear", &kp_fused_mlp::decode_serves, py::arg("m"), py::arg("n"), py::arg("k"),
         "whether linear_act's plan runs a call of this shape on the decode kernels (else the GEMM)");

@@ -18,9 +18,13 @@
 // ld.global.nc.L1::no_allocate (they would only evict x from L1) and an L2 evict_first policy
 // (read once; keeps the L2 for x, the partials and the rest of the model).
 //
-// K splits (grid y) write fp32 partials [split, m, rows]; a second kernel sums them in split
-// order (deterministic: no atomics) and applies the epilogue. Both kernels are launched as
-// programmatic dependents (sm90), so a kernel's launch hides under the previous one's tail; each
+// K splits (grid y): on sm90, up to 8 splits of a column block are one thread-block cluster, and
+// rank 0 adds the others' accumulators through distributed shared memory in split order
+// (cluster_sum) and runs the epilogue. Otherwise (more splits, sm80) they write fp32 partials
+// [split, m, rows] and a second kernel sums them in split order and applies the epilogue. Either
+// way deterministic (no atomics), and the same sums. The kernels are launched as programmatic
+// dependents (sm90; cluster launches plainly, see decode_gemv), so a kernel's launch hides under
+// the previous one's tail; each
 // waits (griddepcontrol.wait) before its first global access, so the overlap never reads what the
 // previous kernel is still writing. When to trigger (H200, 2026-11-26, back-to-back calls, the
 // bench's "host" column; a single call's time is the same either way): a main kernel of one split
@@ -39,6 +43,8 @@
 //
 // Instantiations, listed on purpose: 5 table rows x 2 dtypes x {linear, gated} main kernels, and
 // 2 dtypes x {linear, gated} reduce kernels: 24 kernels.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -66,6 +72,7 @@ constexpr int kStepK = 32;      // mma: columns of one packet a row: 4 threads x
 constexpr int kXPad = 32;       // mma: elements of padding after each token row of an x chunk (64 bytes)
 constexpr int kFmaStepK = 256;  // fma: 32 lanes x 8 elements of each row
 constexpr int kReduceThreads = 256;
+constexpr int kMaxClusterSplits = 8;  // the portable cluster size
 
 struct Params {
   const void* x;
@@ -77,6 +84,7 @@ struct Params {
   float* ws;
   int64_t m, n_out, rows, k;
   int act, splits, split_steps;
+  int cluster;  // > 1: the splits of a column block are one cluster and sum over it (no workspace)
 };
 
 // ---- PTX helpers (the rest: decode_ptx.cuh) ------------------------------------------------------
@@ -110,6 +118,36 @@ __device__ __forceinline__ void store_out(const Params& p, int64_t tok, int64_t 
   static_cast<T*>(p.y)[tok * p.n_out + col] = kp::from_f<T>(out);
 }
 
+// The K splits' sum over a cluster (sm90): the CTAs of a cluster are the splits (grid y) of one
+// block of output columns, ranked in split order. Every thread parks its accumulators in its CTA's
+// shared memory (`park`, kThreads x N floats; it may alias what the CTA read before: a barrier
+// first); rank 0's threads add the other ranks' parked values (distributed shared memory) rank by
+// rank, each the same thread's of the same elements: the reduce kernel's order (split by split),
+// without the workspace round trip or the second kernel. Returns whether this CTA holds the sums
+// (rank 0: it runs the epilogue).
+template <int N>
+__device__ __forceinline__ bool cluster_sum(float (&acc)[N], float* park) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < N; ++i) park[i * kThreads + threadIdx.x] = acc[i];
+  cluster.sync();
+  const unsigned rank = cluster.block_rank();
+  if (rank == 0)
+    for (unsigned r = 1; r < cluster.num_blocks(); ++r) {
+      const float* other = cluster.map_shared_rank(park, r);
+#pragma unroll
+      for (int i = 0; i < N; ++i) acc[i] += other[i * kThreads + threadIdx.x];
+    }
+  cluster.sync();  // the other ranks' shared memory stays until rank 0 has read it
+  return rank == 0;
+#else
+  return true;  // no clusters below sm90: the plan never asks for one there
+#endif
+}
+
 // ---- the main kernel -----------------------------------------------------------------------------
 
 // Grid: x = blocks of kWarps warps (a warp: 32 weight rows; gated: 16 output columns = 16 gate
@@ -126,7 +164,8 @@ __global__ void __launch_bounds__(kThreads, CTAS) decode_gemv_kernel(const Param
   // the stream has finished (when that kernel triggers early, as this one does). Nothing global
   // is read or written before the wait: x may be that kernel's output, and so may the weights.
   kp::wait_prior_grid();
-  if (p.splits > 1) kp::allow_dependents();  // the dependent is our reduce (header: when to trigger)
+  const bool to_reduce = p.splits > 1 && p.cluster == 1;  // the workspace and the reduce kernel
+  if (to_reduce) kp::allow_dependents();  // the dependent is our reduce (header: when to trigger)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t warp_id = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
   // Output column of tile r's row g (+ 8 h); its weight row is col (+ I for the gated up tile).
@@ -234,10 +273,14 @@ __global__ void __launch_bounds__(kThreads, CTAS) decode_gemv_kernel(const Param
   }
 
   cp_async_wait<0>();  // nothing in flight at exit (the last chunks are zero fills past the split)
-  if (p.splits == 1) kp::allow_dependents();  // only the epilogue is left (header: when to trigger)
+  if (!to_reduce) kp::allow_dependents();  // only the epilogue is left (header: when to trigger)
 
   // Accumulator i of tile r, token tile mt: weight row of (r, h = i / 2), token 8 mt + 2t + i % 2.
-  if (p.splits > 1) {
+  static_assert(2 * MT * 4 * kThreads * 4 <= 2 * 8 * MT * kRowElems * 2, "the x chunks hold the parked sums");
+  if (p.cluster > 1 && !cluster_sum(*reinterpret_cast<float(*)[2 * MT * 4]>(&acc[0][0][0]),
+                                    reinterpret_cast<float*>(x_smem)))
+    return;
+  if (to_reduce) {
     float* ws = p.ws + static_cast<int64_t>(blockIdx.y) * p.m * p.rows;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -299,7 +342,8 @@ template <typename T, int MM, int U, int R, int CTAS, bool GATED>
 __global__ void __launch_bounds__(kThreads, CTAS) decode_fma_kernel(const Params p) {
   static_assert(!GATED || R % 2 == 0, "gated: a warp's rows are gate / up pairs");
   kp::wait_prior_grid();  // as decode_gemv_kernel: nothing global before the wait
-  if (p.splits > 1) kp::allow_dependents();  // as decode_gemv_kernel
+  const bool to_reduce = p.splits > 1 && p.cluster == 1;
+  if (to_reduce) kp::allow_dependents();  // as decode_gemv_kernel
   constexpr int C = GATED ? R / 2 : R;  // output columns a warp
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t col0 = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * C;
@@ -363,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, CTAS) decode_fma_kernel(const Params
     }
   }
 
-  if (p.splits == 1) kp::allow_dependents();  // as decode_gemv_kernel
+  if (!to_reduce) kp::allow_dependents();  // as decode_gemv_kernel
   // The lanes' partial sums over the warp: a fixed xor tree, so every lane holds the same total.
 #pragma unroll
   for (int r = 0; r < R; ++r)
@@ -372,8 +416,11 @@ __global__ void __launch_bounds__(kThreads, CTAS) decode_fma_kernel(const Params
 #pragma unroll
       for (int o = 16; o; o >>= 1) acc[r][j] += __shfl_xor_sync(0xffffffffu, acc[r][j], o);
 
+  // Every lane holds every sum now; a cluster's splits add them up (4 KB of parking, static).
+  __shared__ float park[R * MM * kThreads];
+  if (p.cluster > 1 && !cluster_sum(*reinterpret_cast<float(*)[R * MM]>(&acc[0][0]), park)) return;
   // Lane (r MM + j) % 32 stores (row r, token j): the stores spread over the warp.
-  if (p.splits > 1) {
+  if (to_reduce) {
     float* ws = p.ws + static_cast<int64_t>(blockIdx.y) * p.m * p.rows;
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -494,6 +541,9 @@ DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype,
   pl.split_steps = static_cast<int>(kp::cdiv(ksteps, s));
   pl.step_k = static_cast<int>(step_k(row));
   pl.splits = static_cast<int>(kp::cdiv(ksteps, pl.split_steps));  // no empty split
+  // The splits sum over a cluster where they can (sm90, the portable 8 CTAs at most): no
+  // workspace round trip, no reduce kernel.
+  pl.cluster = info.major >= 9 && pl.splits > 1 && pl.splits <= kMaxClusterSplits ? pl.splits : 1;
   pl.grid_x = static_cast<int>(blocks);
   pl.grid_y = pl.splits;
   pl.grid_z = static_cast<int>(std::min<int64_t>(chunks, INT32_MAX));
@@ -539,7 +589,7 @@ DecodePlan decode_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtyp
 }
 
 int64_t decode_workspace_bytes(const DecodePlan& p, int64_t m, int64_t n_out, bool gated) {
-  return p.splits > 1 ? static_cast<int64_t>(p.splits) * m * (gated ? 2 * n_out : n_out) * 4 : 0;
+  return p.splits > 1 && p.cluster == 1 ? static_cast<int64_t>(p.splits) * m * (gated ? 2 * n_out : n_out) * 4 : 0;
 }
 
 std::string decode_device_problem(int device) {
@@ -567,20 +617,26 @@ void decode_gemv(const DecodeArgs& a, int splits, int row, int device, cudaStrea
   KP_CHECK_ARG(kp::cdiv(a.m, tokens_per_chunk(DecodeTable::rows[pl.row])) <= 65535,
                "decode: M=" + std::to_string(a.m) + " is too large for " + DecodeTable::rows[pl.row].name +
                    "'s token chunks (grid z <= 65535); use a GEMM config");
-  KP_CHECK_ARG(pl.splits == 1 || a.ws != nullptr,
+  KP_CHECK_ARG(pl.splits == 1 || pl.cluster > 1 || a.ws != nullptr,
                "decode: the plan splits K " + std::to_string(pl.splits) +
                    " ways and needs an fp32 workspace of splits x m x rows (decode_plan says how much)");
   const Params p{a.x, a.x_stride, a.w, a.w_stride, a.bias, a.y, a.ws, a.m, a.n_out,
-                 a.gated ? 2 * a.n_out : a.n_out, a.k, a.act, pl.splits, pl.split_steps};
+                 a.gated ? 2 * a.n_out : a.n_out, a.k, a.act, pl.splits, pl.split_steps, pl.cluster};
   kp::DeviceGuard guard(device);
   // A programmatic dependent launch (sm90; plain elsewhere): after a kernel that triggers early
   // (this one's gated call before the down projection of GatedMLP), the CTAs are scheduled under
   // its tail instead of after it, which takes the launch gap (~1-2 us of a 25-80 us call) off.
   with_main_kernel(a.dtype, pl.row, a.gated, [&](auto kernel) {
-    kp::launch_dependent(kernel, device, dim3(pl.grid_x, pl.grid_y, pl.grid_z), dim3(kThreads),
-                         smem_bytes(DecodeTable::rows[pl.row]), stream, p);
+    const dim3 grid(pl.grid_x, pl.grid_y, pl.grid_z);
+    const size_t smem = smem_bytes(DecodeTable::rows[pl.row]);
+    // Clusters launch plainly: as programmatic dependents, calls back to back ran ~9 us a call
+    // slower than single ones (H200, 4096 -> 14336 at 1-8 tokens, 2 splits).
+    if (pl.cluster > 1)
+      kp::launch_cluster_shape(kernel, device, grid, dim3(kThreads), smem, stream, dim3(1, pl.cluster, 1), p);
+    else
+      kp::launch_dependent(kernel, device, grid, dim3(kThreads), smem, stream, p);
   });
-  if (pl.splits == 1) return;
+  if (pl.splits == 1 || pl.cluster > 1) return;
   const dim3 grid(static_cast<unsigned>(kp::cdiv(a.m * a.n_out, kReduceThreads)));
   auto reduce = [&](auto t) {
     using T = decltype(t);

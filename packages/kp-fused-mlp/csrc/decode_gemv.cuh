@@ -33,6 +33,7 @@ struct DecodePlan {
   int splits;      // K splits (1: the epilogue in the main kernel, no workspace)
   int split_steps; // k-steps a split covers
   int step_k;      // columns of a k-step (fma rows 256; mma rows 32 x packets)
+  int cluster;     // > 1: the splits sum over a thread-block cluster of this many (sm90), no workspace
   int grid_x, grid_y, grid_z;  // row blocks, splits, token chunks of x (the row's tokens)
   int ctas_per_sm; // resident CTAs of the row's kernel
 };
@@ -42,7 +43,7 @@ struct DecodePlan {
 // Needs the device's SM count and occupancy (cached after the first call).
 DecodePlan decode_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int row,
                        int device);
-// Bytes of fp32 workspace a plan needs: splits x m x rows x 4 (0 for one split).
+// Bytes of fp32 workspace a plan needs: splits x m x rows x 4 (0 for one split or a cluster sum).
 int64_t decode_workspace_bytes(const DecodePlan& p, int64_t m, int64_t n_out, bool gated);
 // Checks the arguments (ValueError), plans, launches on `stream` of `device`. `splits` and `row`
 // as in decode_plan; a plan of more than one split needs `ws` of decode_workspace_bytes.

@@ -150,11 +150,12 @@ inline int max_active_clusters(const void* func, int device, int threads, size_t
 }
 
 namespace detail {
-// cudaLaunchKernelEx with the attributes a launch asks for: a cluster size (> 1), and a
-// programmatic dependency on the previous kernel of the stream (pdl).
+// cudaLaunchKernelEx with the attributes a launch asks for: a cluster shape (more than one CTA),
+// and a programmatic dependency on the previous kernel of the stream (pdl).
 template <typename... KArgs, typename... Args>
 inline void launch_ex(void (*kernel)(KArgs...), int device, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                      int cluster, bool pdl, Args&&... args) {
+                      dim3 cluster_dim, bool pdl, Args&&... args) {
+  const int cluster = static_cast<int>(cluster_dim.x * cluster_dim.y * cluster_dim.z);
   if (smem > kOptInAbove || cluster > 8) {  // only these need a one-time attribute; skip the lock otherwise
     std::lock_guard<std::mutex> lock(cache_mu());
     prepare(reinterpret_cast<const void*>(kernel), device, smem, cluster);
@@ -168,9 +169,9 @@ inline void launch_ex(void (*kernel)(KArgs...), int device, dim3 grid, dim3 bloc
   cfg.attrs = attr;
   if (cluster > 1) {
     attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
-    attr[cfg.numAttrs].val.clusterDim.x = cluster;
-    attr[cfg.numAttrs].val.clusterDim.y = 1;
-    attr[cfg.numAttrs].val.clusterDim.z = 1;
+    attr[cfg.numAttrs].val.clusterDim.x = cluster_dim.x;
+    attr[cfg.numAttrs].val.clusterDim.y = cluster_dim.y;
+    attr[cfg.numAttrs].val.clusterDim.z = cluster_dim.z;
     ++cfg.numAttrs;
   }
   if (pdl) {
@@ -188,7 +189,7 @@ inline void launch_ex(void (*kernel)(KArgs...), int device, dim3 grid, dim3 bloc
 template <typename... KArgs, typename... Args>
 inline void launch(void (*kernel)(KArgs...), int device, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
                    int cluster, Args&&... args) {
-  detail::launch_ex(kernel, device, grid, block, smem, stream, cluster, false, std::forward<Args>(args)...);
+  detail::launch_ex(kernel, device, grid, block, smem, stream, dim3(cluster), false, std::forward<Args>(args)...);
 }
 
 // Launch `kernel` as a programmatic dependent of the previous kernel on `stream` (sm90+; a plain
@@ -198,8 +199,15 @@ inline void launch(void (*kernel)(KArgs...), int device, dim3 grid, dim3 block, 
 template <typename... KArgs, typename... Args>
 inline void launch_dependent(void (*kernel)(KArgs...), int device, dim3 grid, dim3 block, size_t smem,
                              cudaStream_t stream, Args&&... args) {
-  detail::launch_ex(kernel, device, grid, block, smem, stream, 1, device_info(device).major >= 9,
+  detail::launch_ex(kernel, device, grid, block, smem, stream, dim3(1), device_info(device).major >= 9,
                     std::forward<Args>(args)...);
+}
+
+// launch as clusters of shape `cluster` (any of x, y, z; sm90: the caller checks the arch).
+template <typename... KArgs, typename... Args>
+inline void launch_cluster_shape(void (*kernel)(KArgs...), int device, dim3 grid, dim3 block, size_t smem,
+                                 cudaStream_t stream, dim3 cluster, Args&&... args) {
+  detail::launch_ex(kernel, device, grid, block, smem, stream, cluster, false, std::forward<Args>(args)...);
 }
 
 // In the kernel before one launched by launch_dependent: let the dependent's CTAs be scheduled

@@ -339,7 +339,8 @@ def _plan(m: int, n_out: int, k: int, gated: bool, dtype_code: int, splits: int,
 def decode_plan(m: int, n_out: int, k: int, *, gated: bool = False, dtype=torch.bfloat16, splits: int = 0,
                 row: Optional[str] = None, device=None) -> dict:  # fmt: skip
     """The decode kernels' plan of a call (row, splits, split_steps, step_k: the columns of a
-    split's k-steps, grid, ctas_per_sm, workspace_bytes). n_out: N (gated: I); splits > 0: forced, as `decode_splits` does; row: a
+    split's k-steps, cluster: > 1 where the splits sum over a thread-block cluster (sm90, at most 8
+    splits; no workspace), grid, ctas_per_sm, workspace_bytes). n_out: N (gated: I); splits > 0: forced, as `decode_splits` does; row: a
     decode_configs() name, forced, as `decode_row` does."""
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
@@ -353,8 +354,8 @@ def _decode_workspace(m: int, n_out: int, k: int, gated: bool, x: torch.Tensor, 
     if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool) or splits < 1):
         raise ValueError(f"decode_splits must be a positive int or None, got {splits!r}")
     plan = _plan(m, n_out, k, gated, dtypes.code(x.dtype), splits or 0, x.device.index, row)
-    if plan["splits"] == 1:
-        return None, 1
+    if plan["workspace_bytes"] == 0:  # one split, or the splits sum over a cluster (sm90)
+        return None, plan["splits"]
     return torch.empty(plan["workspace_bytes"] // 4, dtype=torch.float32, device=x.device), plan["splits"]
 
 
