@@ -113,6 +113,8 @@ PYBIND11_MODULE(_C, m) {
       "gives the most tokens linear_act runs on the decode kernels");
   m.def("decode_configs", &kp_fused_mlp::decode_row_names, "the rows of the decode table (csrc/decode_table.h)");
   m.def("decode_max_m", &kp_fused_mlp::decode_max_m, "the most tokens the decode kernel takes by default");
+  m.def("decode_gated_max_m", &kp_fused_mlp::decode_gated_max_m,
+        "the most tokens gated_linear runs on the decode kernels (decode_table.h's gated cut)");
   m.def("decode_device_problem", &kp_fused_mlp::decode_device_problem, py::arg("device"),
         "'' when the device can run the decode kernels (sm80+), else why not");
   m.def("gemm_configs", &kp_fused_mlp::gemm_config_names, "the rows of the GEMM table (csrc/gemm_table.h)");

@@ -24,9 +24,8 @@
 // [split, m, rows] and a second kernel sums them in split order and applies the epilogue. Either
 // way deterministic (no atomics), and the same sums. The kernels are launched as programmatic
 // dependents (sm90; cluster launches plainly, see decode_gemv), so a kernel's launch hides under
-// the previous one's tail; each
-// waits (griddepcontrol.wait) before its first global access, so the overlap never reads what the
-// previous kernel is still writing. When to trigger (H200, 2026-11-26, back-to-back calls, the
+// the previous one's tail; each waits (griddepcontrol.wait) before its first global access, so
+// the overlap never reads what the previous kernel is still writing. When to trigger (H200, 2026-11-26, back-to-back calls, the
 // bench's "host" column; a single call's time is the same either way): a main kernel of one split
 // lets the next launch only after its weight stream: triggered at its start, the next call's CTAs
 // sat resident for the whole call, and 50 calls in a row ran at 167 us each instead of 121
@@ -215,8 +214,8 @@ __global__ void __launch_bounds__(kThreads, CTAS) decode_gemv_kernel(const Param
   };
 
   // Each warp keeps a ring of U k-steps of its 32 weight rows in registers; a step's PK packets of
-  // a row are requested back to back, so a row is read in 64 PK-byte runs (PK = 1, 64-byte runs
-  // a step apart, ran at ~72% of copy at 16 tokens; PK = 2 at 82-92%: H200, 2026-11-26).
+  // a row are requested back to back, so a row is read in 64 PK-byte runs (16 tokens, % of a
+  // same-bytes copy, H200: PK = 1, 64-byte runs a step apart, 71-79%; PK = 2 79-91%).
   uint4 ring[U][2][2][PK];
   auto refill = [&](int u, int step) {
 #pragma unroll
@@ -607,6 +606,8 @@ std::vector<std::string> decode_row_names() {
 }
 
 int decode_max_m() { return DecodeTable::max_m; }
+
+int decode_gated_max_m() { return DecodeCutTable::gated_max_m; }
 
 void decode_gemv(const DecodeArgs& a, int splits, int row, int device, cudaStream_t stream) {
   check(a, splits, row);

@@ -52,5 +52,7 @@ void decode_gemv(const DecodeArgs& a, int splits, int row, int device, cudaStrea
 std::string decode_device_problem(int device);
 std::vector<std::string> decode_row_names();
 int decode_max_m();
+// The most tokens gated_linear runs on the decode kernels (decode_table.h's DecodeCutTable).
+int decode_gated_max_m();
 
 }  // namespace kp_fused_mlp

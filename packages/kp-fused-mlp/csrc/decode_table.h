@@ -114,9 +114,9 @@ struct DecodeTable {
 //   28672 -> 8192          127 | 152      129 | 143
 //   GatedMLP 4096 / 14336  101 (8 tok) and 106 (16 tok) with the gated decode rows; 126 at 16 with
 //   the gated GEMM (session 20); 8192 / 28672: 382 against 459.
-// So one row, 16 tokens on every shape: linear_act at 9-16 tokens with N > K is 3-5% slower than
-// its GEMM would be, but the gated GEMM is 20% slower than the gated decode rows there, and both
-// read this cut. A cut of its own for gated_linear is the next step.
+// So linear_act: N <= K decode up to 16 tokens, N > K up to 8 (9-16 tokens: the GEMM is 3-4%
+// faster there). gated_linear's own cut (gated_max_m): 16 tokens on every shape, where its gated
+// GEMM is 20% slower than the gated decode rows.
 struct DecodeCut {
   int max_n_per_k_pct;  // 100 N / K at most
   int max_m;
@@ -124,8 +124,10 @@ struct DecodeCut {
 struct DecodeCutTable {
   static constexpr DecodeCut rows[] = {
       // max_n_per_k_pct  max_m
-      {INT32_MAX, 16},
+      {100, 16},
+      {INT32_MAX, 8},
   };
+  static constexpr int gated_max_m = 16;  // gated_linear: the decode kernels up to this many tokens
 };
 
 template <int Row>

@@ -94,11 +94,10 @@ def test_configs_and_cut():
     assert mod.gemm_configs()[-1] == "decode_gemv"
     assert mod.decode_configs() == ROWS and _cuda.decode_configs() == tuple(ROWS)
     assert _cuda.DECODE_MAX_M == mod.decode_max_m() == 32
-    # The cut (decode_table.h's DecodeCut): decode up to 16 tokens, whatever the shape.
-    for m, n, k, want in [(1, 14336, 4096, True), (8, 14336, 4096, True), (16, 14336, 4096, True),
-                          (17, 14336, 4096, False), (16, 4096, 14336, True), (16, 4096, 4096, True),
-                          (17, 4096, 14336, False), (32, 4096, 14336, False), (1, 28672, 8192, True),
-                          (16, 28672, 8192, True), (17, 57344, 8192, False)]:  # fmt: skip
+    # linear_act's cut (decode_table.h's DecodeCut): N <= K decode up to 16 tokens, N > K up to 8.
+    for m, n, k, want in [(1, 14336, 4096, True), (8, 14336, 4096, True), (9, 14336, 4096, False),
+                          (16, 4096, 14336, True), (16, 4096, 4096, True), (17, 4096, 14336, False),
+                          (32, 4096, 14336, False), (1, 28672, 8192, True), (16, 28672, 8192, False)]:  # fmt: skip
         assert _cuda.decode_serves_linear(m, n, k) is want is mod.decode_serves_linear(m, n, k), (m, n, k)
         assert _cuda.gemm_plan(m, n, k) == ("decode_gemv" if want else "pingpong_64x128"), (m, n, k)
     assert _cuda.gemm_plan(33, 4096, 4096) == "pingpong_64x128"
@@ -109,8 +108,10 @@ def test_configs_and_cut():
     assert linear.is_decode(x, 64) and not linear.is_decode(torch.empty(33, 64), 64)
     assert linear.is_decode(torch.empty(2, 16, 64), 64) and not linear.is_decode(torch.empty(3, 11, 64), 64)
     assert linear.linear_decodes(torch.empty(2, 8, 64), 64, 64) and not linear.linear_decodes(x, 64, 64)
-    assert linear.linear_decodes(torch.empty(16, 128), 64, 128) and linear.linear_decodes(torch.empty(16, 64), 128, 64)
-    assert not linear.linear_decodes(torch.empty(17, 128), 64, 128)
+    assert linear.linear_decodes(torch.empty(9, 128), 64, 128) and not linear.linear_decodes(torch.empty(9, 64), 128, 64)
+    # gated_linear's own cut: 16 tokens on every shape (its gated GEMM loses at 9-16).
+    assert _cuda.DECODE_GATED_MAX_M == mod.decode_gated_max_m() == 16
+    assert linear.gated_decodes(torch.empty(2, 8, 64), 64) and not linear.gated_decodes(torch.empty(17, 64), 64)
     with pytest.raises(ValueError, match="decode_row must be one of decode_fma_m1"):
         _cuda._decode_row_index("decode_m64")
 

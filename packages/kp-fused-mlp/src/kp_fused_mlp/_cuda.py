@@ -89,7 +89,7 @@ def decode_k_problem(k: int, itemsize: int) -> Optional[str]:
 
 def linear_act_supports(forced: bool, device_type: str, device_index, dtype, grad: bool, n: int, k: int,
                         decode: bool = False):  # fmt: skip
-    """`decode`: the call has at most DECODE_MAX_M rows (the decode kernel serves it, sm80+);
+    """`decode`: the decode kernel serves the call (linear.linear_decodes: decode_serves_linear's cut; sm80+);
     else, and for every call that needs gradients, kp's sm90a GEMM: its training kernels' needs are
     the forward's (the backward GEMMs read W, dP and x in place, rows of K and N elements)."""
     why = _gemm_call_problem(device_type, dtype, "the cuda GEMM")
@@ -292,8 +292,12 @@ def scheduler() -> tuple:
 # the weight once (mma.sync over weight rows; sm80+), K split where the row blocks leave SMs idle.
 
 DECODE_MAX_M = NATIVE.module.decode_max_m() if NATIVE.loaded else 0
-"""The most rows (tokens) the decode kernels serve by default (gated_linear's cuda level; linear_act's
-cut is decode_serves_linear, by shape)."""
+"""The most rows (tokens) a decode table row serves (decode_row forced past it runs x in chunks);
+the cuts of auto are decode_serves_linear (linear_act, by shape) and DECODE_GATED_MAX_M."""
+
+DECODE_GATED_MAX_M = NATIVE.module.decode_gated_max_m() if NATIVE.loaded else 0
+"""gated_linear's decode cut (csrc/decode_table.h): its cuda level runs the decode kernels up to
+this many rows, the gated GEMM above (on every shape: the gated GEMM lost 20% at 9-16 tokens)."""
 
 
 _DECODE_CUTS = tuple(NATIVE.module.decode_cuts()) if NATIVE.loaded else ()
@@ -301,7 +305,7 @@ _DECODE_CUTS = tuple(NATIVE.module.decode_cuts()) if NATIVE.loaded else ()
 
 def decode_serves_linear(m: int, n: int, k: int) -> bool:
     """Whether linear_act's cuda level runs [m, k] x [n, k]^T on the decode kernels rather than the
-    GEMM (csrc/decode_table.h's DecodeCut: up to 16 tokens, by shape). The native
+    GEMM (csrc/decode_table.h's DecodeCut: up to 16 tokens where N <= K, 8 where N > K). The native
     rule (gemm_plan's) in plain Python, so that torch.compile traces it; tests/test_decode.py checks
     that both agree."""
     for max_n_per_k_pct, max_m in _DECODE_CUTS:
@@ -414,8 +418,8 @@ def interleaved_weight(w: torch.Tensor) -> torch.Tensor:
 
 def gated_linear_supports(forced: bool, device_type: str, device_index, dtype, grad: bool, inter: int, hidden: int,
                           decode: bool = False):  # fmt: skip
-    """gated_linear's cuda level: the decode kernel for inference calls of at most DECODE_MAX_M rows
-    (`decode`; sm80+, any I), else the gated GEMM (sm90a, I and H multiples of 8, with a gradient
+    """gated_linear's cuda level: the decode kernel for inference calls of at most DECODE_GATED_MAX_M
+    rows (`decode`; sm80+, any I), else the gated GEMM (sm90a, I and H multiples of 8, with a gradient
     too: the forward saves the pre-activations; the backward is the Triton level's dP kernel and
     linear_act's CUDA backward GEMMs)."""
     why = _gemm_call_problem(device_type, dtype, "the cuda level of gated_linear")
@@ -451,13 +455,13 @@ def gated_linear_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, sa
     """x [M, K] (unit column stride), w = [Wg; Wu] [2I, K], bias [2I] or None, one 16-bit dtype.
     Returns (h [M, I] contiguous, P = [gate_pre | up_pre] [M, 2I] contiguous when save_pre, else None).
 
-    Inference calls the decode kernels serve (at most DECODE_MAX_M rows, and the shape's cut:
-    decode_serves_linear(M, 2I, H), csrc/decode_table.h) run them (gated_decode_fwd), as do calls
+    Inference calls of at most DECODE_GATED_MAX_M rows (csrc/decode_table.h) run the decode
+    kernels (gated_decode_fwd), as do calls
     that name `decode_splits` or `decode_row` (for sweeps and tests); the others the gated GEMM. config, swizzle, raster: the GEMM's table row, the scheduler's swizzle group and raster
     order, for sweeps (tools/gpu_check_gated.sh); the defaults are the table's."""
     (m, k), inter = x.shape, w.shape[0] // 2
     forced_decode = decode_splits is not None or decode_row is not None
-    if not save_pre and config == -1 and (forced_decode or decode_serves_linear(m, 2 * inter, k)):
+    if not save_pre and config == -1 and (forced_decode or m <= DECODE_GATED_MAX_M):
         return gated_decode_fwd(x, w, bias, activation, decode_splits, decode_row)
     if forced_decode:
         raise ValueError("kp_fused_mlp: decode_splits / decode_row are the decode kernels', which save no "

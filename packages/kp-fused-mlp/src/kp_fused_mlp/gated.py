@@ -23,7 +23,7 @@ from kp_core import registry
 from kp_core.op import AutogradOp, Levels, as_rows, empty, saveable
 
 from . import reference
-from .linear import check_operands, linear_decodes, resolve_level
+from .linear import check_operands, gated_decodes, resolve_level
 
 GATED_ACTIVATIONS = tuple(reference.GATES)  # "silu", "gelu_tanh"
 
@@ -38,8 +38,7 @@ LEVELS = Levels(
     supports={"cuda": _cuda_supports},
 )
 """Facts a level's `supports` reads: device type and index, dtype, needs grad, I, H, decode (the
-cuda level's decode kernels serve it: linear.linear_decodes of x against the [2I, H] weight, the
-same cut by shape as linear_act's)."""
+cuda level's decode kernels serve it: linear.gated_decodes, at most _cuda.DECODE_GATED_MAX_M rows)."""
 
 
 def describe_backends() -> list:
@@ -53,7 +52,7 @@ def describe_backends() -> list:
 def level(x: torch.Tensor, w_gate_up: torch.Tensor, bias, backend) -> tuple:
     """(level, needs grad, compiling) of a gated_linear call (resolve_level with its facts)."""
     two_i, hidden = w_gate_up.shape
-    return resolve_level(LEVELS, backend, (x, w_gate_up, bias), two_i // 2, hidden, linear_decodes(x, two_i, hidden))
+    return resolve_level(LEVELS, backend, (x, w_gate_up, bias), two_i // 2, hidden, gated_decodes(x, hidden))
 
 
 # ---------------------------------------------------------------------------------------------

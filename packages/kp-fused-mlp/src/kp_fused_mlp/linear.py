@@ -26,7 +26,7 @@ from kp_core.dtypes import FLOATING
 from kp_core.op import AutogradOp, Levels, as_rows, check_tensor, empty, saveable, triton_supports
 
 from . import reference
-from ._cuda import DECODE_MAX_M, decode_serves_linear
+from ._cuda import DECODE_GATED_MAX_M, DECODE_MAX_M, decode_serves_linear
 
 ACTIVATIONS = tuple(reference.ACTIVATIONS)  # "none", "relu", "gelu", "gelu_tanh", "silu"
 
@@ -63,6 +63,12 @@ def is_decode(x: torch.Tensor, k: int) -> bool:
     """Whether a call of x [..., K] has at most the cuda level's DECODE_MAX_M rows (the `decode`
     fact of gated_linear)."""
     return x.numel() <= k * DECODE_MAX_M
+
+
+def gated_decodes(x: torch.Tensor, k: int) -> bool:
+    """gated_linear's `decode` fact: its cuda level runs x [..., K] on the decode kernels (at most
+    _cuda.DECODE_GATED_MAX_M rows), not its gated GEMM."""
+    return x.numel() <= k * DECODE_GATED_MAX_M
 
 
 def linear_decodes(x: torch.Tensor, n: int, k: int) -> bool:
@@ -216,8 +222,8 @@ def linear_act(
     or None; one dtype for all (float32, float16, bfloat16). `activation`: "none", "relu", "gelu",
     "gelu_tanh" (gelu with approximate="tanh") or "silu". Returns [..., out_features].
 
-    The cuda level needs float16/bfloat16. Without a gradient, up to 16 rows
-    (`_cuda.decode_serves_linear`), it runs its decode kernels (sm80 or newer,
+    The cuda level needs float16/bfloat16. Without a gradient, up to 8 rows, 16 where out_features
+    <= in_features (`_cuda.decode_serves_linear`), it runs its decode kernels (sm80 or newer,
     in_features a multiple of 8: it streams the weight in 16-byte packets); more rows, and calls
     that need gradients, run kp's GEMM (an sm_90 GPU, in_features and out_features multiples of 8:
     TMA moves 16-byte rows), which differentiates x, weight and bias (first derivatives). A named
