@@ -6,13 +6,14 @@
 //   rule; pdl: plain vs programmatic dependent launches triggering at the start or after the main
 //   loop, single flushed calls and 50 back to back)
 //
-// The kernel is the package's (fragments straight from global memory, a register ring of U
-// k-steps, K splits writing fp32 partials) with two knobs:
+// The kernel is the package's mma row (fragments straight from global memory, a register ring of
+// U k-steps, K splits writing fp32 partials) with two knobs; the "(package)" variants are the rows
+// before session 21, which chose PK = 2 with XM = 1 from this tool's runs:
 //   PK  16-byte packets a thread loads of each of its rows a step: a step covers 32 PK columns,
-//       so one row's 64 PK contiguous bytes are requested back to back (PK = 1: the package).
-//   XM  0: x in a per-thread shared-memory ring (the package: every warp copies all of x, x is
-//       8 MT / 32 of the weight traffic into the SM: 50% at 16 tokens); 1: x in CTA-shared,
-//       double-buffered chunks of XC columns that the 4 warps load once (a barrier a chunk).
+//       so one row's 64 PK contiguous bytes are requested back to back.
+//   XM  0: x in a per-thread shared-memory ring (every warp copies all of x, x is 8 MT / 32 of the
+//       weight traffic into the SM: 50% at 16 tokens); 1: x in CTA-shared, double-buffered
+//       chunks of XC columns that the 4 warps load once (a barrier a chunk).
 // Every variant is checked against a naive fp32 kernel; times are medians of single calls, each
 // after a 256 MB read flush of L2, the variants interleaved call by call (no heat order bias).
 #include <cuda_bf16.h>
@@ -376,7 +377,8 @@ int main(int argc, char** argv) {
         const int ks = 32 * v.pk;
         const int64_t ksteps = (s.k + ks - 1) / ks;
         const int64_t ctas = (s.n + 127) / 128;
-        // The package's split rule (fill 2, one wave, >= 448 columns a split, partials <= 4%).
+        // The package's split rule before session 21 (fill 2, one wave, >= 448 columns a split,
+        // partials <= 4%); `sweep` tries the others.
         int64_t sp = std::min<int64_t>({(2LL * sms + ctas - 1) / ctas, std::max<int64_t>(1, occ * sms / ctas),
                                std::max<int64_t>(1, ksteps * ks / 448), std::max<int64_t>(1, 4 * s.k / (400 * m)),
                                (int64_t)32});
