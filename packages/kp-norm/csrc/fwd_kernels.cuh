@@ -712,6 +712,96 @@ __global__ void __launch_bounds__((kDirectBoundThreads<FT, CAP>), (kDirectBoundB
   }
 }
 
+// ---- direct.wide.staged: RMSNorm rows wider than 16 CTAs x 8192 columns ------------------------
+// One row a cluster of kWideThreads-thread CTAs of kWideCtaCols columns (64 values a thread; a
+// cluster holds at most 16 CTAs, so 8192-column CTAs, direct.wide's, stop at 128K). With all 64
+// values in registers (session 15) the kernel took 80 registers (three CTAs an SM) and fetched its
+// weights one chunk ahead, an L2 round trip a chunk in the output loop: 91.1% of copy at 256K on
+// the H100. Here a thread keeps NR of its 8 chunks of x in registers and stages the others, and its
+// weight chunks, in shared memory by cp.async (each thread reads back only the packets it copied,
+// so cp.async.wait_group is the only synchronization). That holds the kernel to 64 registers: four
+// CTAs an SM, each with a 32 KB slice of a row in flight. The weights' copy overlaps the statistics
+// and the cluster exchange. RMSNorm, 16-bit x and weights (or none), no residual, vector path, sm90.
+// smem: [8 - NR][kWideThreads] x packets, then [8][kWideThreads] weight packets.
+template <typename T, int NR>
+__global__ void __launch_bounds__(kWideThreads, 4) fwd_wide_staged_kernel(const FwdParams p) {
+  static_assert(sizeof(T) == 2, "16-bit x (the smem budget is sized for it)");
+  constexpr int VEC = 16 / sizeof(T), NC = kWideCtaCols / (kWideThreads * VEC), NS = NC - NR;
+  static_assert(NR >= 0 && NR <= NC, "register chunks: 0 .. 8");
+  extern __shared__ __align__(16) uint4 staged[];
+  __shared__ __align__(16) float red[2][32];
+  __shared__ kp::ClusterExchange cx;
+  const int tid = threadIdx.x, csize = p.csize;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (csize > 1) cx.init_arrive(csize);  // overlaps the loads (as the direct kernel's)
+#endif
+  const int crank = static_cast<int>(blockIdx.x % csize);
+  const int64_t row = blockIdx.x / csize;
+  const int base = crank * kWideCtaCols;
+  auto col = [&](int i) { return base + (i * kWideThreads + tid) * VEC; };
+  const T* xr = row_ptr<T>(p.x, row, p.x_stride);
+  const T* wr = static_cast<const T*>(p.w);
+  uint4* xs = staged;
+  uint4* ws = staged + NS * kWideThreads;
+
+  uint4 xreg[NR > 0 ? NR : 1];
+#pragma unroll
+  for (int i = 0; i < NR; ++i)
+    xreg[i] = col(i) < p.cols ? kp::ld16<kFwdXLd<kFwdPol>>(xr + col(i)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+  for (int i = 0; i < NS; ++i) {
+    const bool ok = col(NR + i) < p.cols;  // cp.async zero-fills a packet past the row
+    kp::cp_async16(xs + i * kWideThreads + tid, ok ? xr + col(NR + i) : xr, ok);
+  }
+  kp::cp_async_commit();
+  if (p.has_w) {
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      const bool ok = col(i) < p.cols;
+      kp::cp_async16(ws + i * kWideThreads + tid, ok ? wr + col(i) : wr, ok);
+    }
+  }
+  kp::cp_async_commit();
+
+  auto chunk = [&](int i, float* v) {  // chunk i of x as VEC floats, from registers or smem
+    kp::unpack<T>(i < NR ? xreg[i < NR ? i : 0] : xs[(i - NR) * kWideThreads + tid], v);
+  };
+  float a[1] = {0.f};
+#pragma unroll
+  for (int i = 0; i < NC; ++i) {
+    if (i == NR) kp::cp_async_wait(1);  // x's staged chunks (the weights may still be in flight)
+    float v[VEC];
+    chunk(i, v);
+#pragma unroll
+    for (int q = 0; q < VEC; ++q) a[0] = fmaf(v[q], v[q], a[0]);
+  }
+  team_sum<kWideThreads>(a, kWideThreads, red[0]);
+  float m2 = a[0];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (csize > 1) {
+    cx.init_wait();
+    m2 = cx.sum(0, make_float4(a[0], 0.f, 0.f, 0.f), csize).x;
+  }
+#endif
+  const float rstd = rsqrtf(m2 * p.inv_cols + p.eps);
+  if (tid == 0 && crank == 0 && p.rstd) p.rstd[row] = rstd;
+  kp::cp_async_wait(0);
+
+  T* yr = row_ptr<T>(p.y, row, p.y_stride);
+  with_affine_variant<true>(p, [&](auto hw_t, auto, auto ho_t) {
+    constexpr bool HW = decltype(hw_t)::value, HO = decltype(ho_t)::value;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+      float v[VEC], w[VEC], o[VEC];
+      chunk(i, v);
+      if constexpr (HW) kp::unpack<T>(ws[i * kWideThreads + tid], w);
+#pragma unroll
+      for (int q = 0; q < VEC; ++q) o[q] = affine_out<true, HW, false, HO>(v[q], 0.f, rstd, w[q], 0.f, p.w_off);
+      if (col(i) < p.cols) kp::st_chunk<T, VEC, kFwdYSt<kFwdPol>>(yr + col(i), o);
+    }
+  });
+}
+
 // direct.scalar (rows that are not 16-byte aligned, or widths not a multiple of a packet): one
 // kernel an x dtype that branches once, uniformly, to its residual / RMS variant. The weight dtype
 // is read at run time (load_w), so it has no variant. A fallback: one kernel instead of the twenty
@@ -855,6 +945,10 @@ FwdKernel fwd_multipass_ptr() {
 template <typename T>
 FwdKernel fwd_scalar_ptr() {
   return fwd_scalar_kernel<T>;
+}
+template <typename T, int NR>
+FwdKernel fwd_wide_staged_ptr() {
+  return fwd_wide_staged_kernel<T, NR>;
 }
 
 }  // namespace kp_norm

@@ -45,5 +45,9 @@ template <typename T, bool VECTOR>
 FwdKernel fwd_multipass_ptr();
 template <typename T>
 FwdKernel fwd_scalar_ptr();
+// direct.wide.staged (fwd_kernels.cuh): 16-bit T, NR chunks of x a thread in registers.
+constexpr int kWideThreads = 256, kWideCtaCols = 16384;  // 256 threads x 8 chunks x 8 values
+template <typename T, int NR>
+FwdKernel fwd_wide_staged_ptr();
 
 }  // namespace kp_norm

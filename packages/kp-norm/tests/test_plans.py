@@ -13,12 +13,12 @@ from kp_norm import _cuda
 
 import test_norm  # (a module: importing its test function by name would collect it here again)
 
-FWD_ROWS = {"direct.rows", "direct", "direct.wide", "ring.wreg.rows", "ring.wreg", "ring.wsmem", "ring.wl2",
+FWD_ROWS = {"direct.rows", "direct", "direct.wide", "direct.wide.staged", "ring.wreg.rows", "ring.wreg", "ring.wsmem", "ring.wl2",
             "direct.scalar", "multipass", "direct.cluster"}  # fmt: skip
 BWD_ROWS = {"tile", "ring.warp_teams", "ring.cta", "ring.cluster", "ring.wrp", "ring.wrp_smem", "direct.scalar",
             "multipass"}  # fmt: skip
 # Rows measured on the slow class only (plan_table.h: 0 in the fast column).
-SLOW_ONLY = {"direct.wide", "ring.wreg.rows"}
+SLOW_ONLY = {"direct.wide", "direct.wide.staged", "ring.wreg.rows"}
 # And on the fast class only (0 in the slow column): LayerNorm with fp32 weights over a cluster.
 FAST_ONLY = {"direct.cluster"}
 # fastdram_gbpsm: the DRAM GB/s an SM from which a GPU is in the fast class (30 by default).
@@ -43,7 +43,10 @@ CASES = [
     ("layer", "residual", BF16, (2, 65536)),  # ring.wl2
     ("rms", "plain", F16, (2, 131072)),
     ("layer", "plain", BF16, (2, 262144)),  # ring.wreg.rows (slow); ring.wrp_smem (slow)
-    ("rms", "plain", BF16, (2, 262144)),
+    ("rms", "plain", BF16, (2, 262144)),  # direct.wide.staged (slow); ring.wreg.rows (fast)
+    ("rms", "plain", F16, (3, 200000)),  # direct.wide.staged: 13 CTAs, the last one partly past the row
+    ("rms", "gemma-offset", BF16, (2, 147456)),  # ... with the weight offset (9 CTAs)
+    ("rms", "no-weight", BF16, (2, 262144)),  # ... without weights (none staged)
     ("layer", "bf16-weight", F16, (3, 2048)),  # bf16 weights of fp16 x: widened to fp32 once
     ("rms", "fp32-weight", BF16, (37, 1024)),  # fp32 weights in the backward's warp teams and CTA rings
     ("layer", "fp32-weight", F16, (3, 8192)),
