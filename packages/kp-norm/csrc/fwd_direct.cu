@@ -1,7 +1,6 @@
-// The direct forward kernels (83 an arch), instantiated through their address getters: the ones
+// The direct forward kernels (81 an arch), instantiated through their address getters: the ones
 // the plan (norm_fwd.cu) can choose in a release build.
 #include "fwd_kernels.cuh"
-#include "plan_table.h"
 
 #ifndef KP_NORM_TUNING  // a tuning build instantiates from the plan instead
 namespace kp_norm {
@@ -85,8 +84,6 @@ template FwdKernel fwd_direct_ptr<float, float, 8, true, false, false, 0, 1, 0>(
 template FwdKernel fwd_direct_ptr<float, float, 8, true, false, true, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<float, float, 8, true, true, false, 0, 1, 0>();
 template FwdKernel fwd_direct_ptr<float, float, 8, true, true, true, 0, 1, 0>();
-template FwdKernel fwd_wide_staged_ptr<__half, kFwd.wide_staged_reg_chunks>();
-template FwdKernel fwd_wide_staged_ptr<__nv_bfloat16, kFwd.wide_staged_reg_chunks>();
 template FwdKernel fwd_scalar_ptr<__half>();
 template FwdKernel fwd_scalar_ptr<__nv_bfloat16>();
 template FwdKernel fwd_scalar_ptr<float>();

@@ -335,9 +335,10 @@ bool wide_direct(int64_t cols, bool res, bool w_f32, bool rms, int device) {
          cols <= kFwd.wide_direct_max.at(fast_dram(dev.mem_gbps, dev.sms)) && knob(Knob::FwdWide, 1);
 }
 
-// direct.wide.staged (plan_table.h): rows past direct.wide, one row a cluster of kWideCtaCols-column
-// CTAs (fwd_wide_staged_kernel). Same signature as direct.wide; multipass (the caller takes the
-// ring) when it cannot run here.
+// direct.wide.staged (plan_table.h, tuning builds): rows past direct.wide, one row a cluster of
+// kWideCtaCols-column CTAs (fwd_wide_staged_kernel). Same signature as direct.wide. Multipass (the
+// caller takes the ring) where the row does not apply or cannot run here; a release build plans
+// it with no kernel, so an override that asks for it gets launch_fwd's error.
 template <typename T>
 FwdPlan plan_wide_staged(int64_t cols, bool res, bool w_f32, bool rms, int n_affine, int device) {
   FwdPlan pl;
@@ -345,18 +346,21 @@ FwdPlan plan_wide_staged(int64_t cols, bool res, bool w_f32, bool rms, int n_aff
   const int max_cols = knob(Knob::FwdWidestaged, kFwd.wide_staged_max.at(fast_dram(dev.mem_gbps, dev.sms)));
   pl.t.multipass = true;
   if constexpr (sizeof(T) == 2) {
-    if (!rms || res || w_f32 || dev.major < 9 || cols > max_cols || cols > int64_t{kMaxCluster} * kWideCtaCols)
+    if (!rms || res || w_f32 || dev.major < 9 || cols > max_cols || cols > int64_t{kMaxCluster} * kWideCtaCols ||
+        cols <= kWideCtaCols)
       return pl;
     constexpr int nr = kFwd.wide_staged_reg_chunks, chunks = kWideCtaCols / (kWideThreads * 16 / int{sizeof(T)});
     Team& t = pl.t;
     t.e = kWideCtaCols / kWideThreads;
     t.tpr = t.threads = kWideThreads;
     t.csize = static_cast<int>(cdiv(cols, int64_t{kWideCtaCols}));
-    pl.kernel = fwd_wide_staged_ptr<T, nr>();
+    t.multipass = false;
     pl.smem = static_cast<size_t>(chunks - nr + (n_affine > 0 ? chunks : 0)) * kWideThreads * 16;
     pl.row = "direct.wide.staged";
-    t.multipass = t.csize < 2 ||
-                  kp::max_active_clusters(reinterpret_cast<const void*>(pl.kernel), device, t.threads, pl.smem, t.csize) < 1;
+#ifdef KP_NORM_TUNING
+    pl.kernel = fwd_wide_staged_ptr<T, nr>();
+    t.multipass = kp::max_active_clusters(reinterpret_cast<const void*>(pl.kernel), device, t.threads, pl.smem, t.csize) < 1;
+#endif
   }
   return pl;
 }
@@ -376,7 +380,7 @@ FwdPlan plan_fwd(int64_t cols, bool vector, bool res, bool res_f32, bool w_f32, 
       pl.row = "direct.wide";
     }
     if (!pl.kernel || pl.t.multipass) pl = plan_wide_staged<T>(cols, res, w_f32, rms, n_affine, device);
-    if (!pl.kernel || pl.t.multipass) pl = plan_ring<T>(cols, res, res_f32, w_f32, n_affine, rms, device);
+    if (pl.t.multipass) pl = plan_ring<T>(cols, res, res_f32, w_f32, n_affine, rms, device);
   } else if (vector && !rms && !res && cols > ln_directmax) {
     pl = plan_ring<T>(cols, res, res_f32, w_f32, n_affine, rms, device, /*ft_only=*/true);
     if (pl.t.multipass) pl = plan_direct<T>(cols, vector, res, w_f32, rms, device);

@@ -14,9 +14,9 @@
 //   direct           up to direct_max: the row in registers, one CTA of columns / E threads
 //   direct.wide      RMSNorm, 16-bit x and weights, no residual, sm90, up to wide_direct_max: one row
 //                    a cluster of CTAs of wide_direct_cta_cols columns (256 threads x 32)
-//   direct.wide.staged  the same signature, wider rows up to wide_staged_max: one row a cluster of
-//                    16384-column CTAs, wide_staged_reg_chunks of a thread's 8 chunks of x in
-//                    registers, the rest and the weights staged in smem
+//   direct.wide.staged  (tuning builds) the same signature, wider rows up to wide_staged_max: one row
+//                    a cluster of 16384-column CTAs, wide_staged_reg_chunks of a thread's 8 chunks
+//                    of x in registers, the rest and the weights staged in smem
 //   ring.wreg.rows   16-bit x and weights, no residual, from ring_rows_min: ring of 256-thread CTAs,
 //                    two rows in flight each
 //   ring.wreg        ring kernel (the row in smem), weights in registers: no residual, 2+ stages fit
@@ -81,11 +81,13 @@ struct FwdTable {
   // Not measured on the fast class: off there until it is.
   ByGpu wide_direct_max;
   int wide_direct_cta_cols;
-  // direct.wide.staged: past direct.wide's 16 x 8192 columns the ring read 93.5% of copy at 256K
-  // (H100, RMSNorm) against QuACK's 96.7 (session 15). The slow column is on for the A/B of session
-  // 22 (fwd_widestaged=0 turns it off); not measured on the fast class: off there.
+  // direct.wide.staged, off: H100 (2026-11-28), RMSNorm, % of copy, ring -> staged: 147456 93.4-96.6
+  // -> 91.2-92.3, 262144 94.2-95.2 -> 89.7-90.5 (QuACK 98.2 in the same run), but 200000 (no
+  // compile-time-geometry ring twin) 76.6-77.4 -> 91.0-91.5. 2 of the 8 chunks in registers: 84-88;
+  // plain x loads instead of evict_last: 2-3 points slower. Its two kernels would take the build past
+  // issue 16's 203, so it lives in tuning builds only (`plan_override(fwd_widestaged=262144)`).
   ByGpu wide_staged_max;
-  int wide_staged_reg_chunks;  // of a thread's 8 chunks of x; 4 keeps the kernel at 64 registers
+  int wide_staged_reg_chunks;  // of a thread's 8 chunks of x; 4 keeps the kernel at 56 registers
   // LayerNorm with fp32 weights of a 16-bit x, rows wider than ln_w32_split_above (and up to
   // direct_max): the direct kernel over a cluster of w32_cta_cols-column CTAs (row
   // `direct.cluster`). LayerNorm's one 512-thread CTA a row holds one CTA an SM (its fp32 weight and
@@ -114,7 +116,7 @@ constexpr FwdTable kFwd = {
     /*ln_e16_twin_max*/ {8192, 0},
     /*wide_direct_max*/ {16 * 8192, 0},
     /*wide_direct_cta_cols*/ 8192,
-    /*wide_staged_max, wide_staged_reg_chunks*/ {16 * 16384, 0}, 4,
+    /*wide_staged_max, wide_staged_reg_chunks*/ {0, 0}, 4,
     /*ln_w32_split_above, w32_cta_cols*/ {0, 8192}, 4096,
     /*ring_rows_min*/ {131072, 0},
     /*ring_threads, ring_stages*/ 512, 4,
