@@ -26,12 +26,15 @@ struct LinearActArgs {
 };
 
 // config: a row of gemm_table.h, kDecodeConfig (the decode kernels of decode_gemv.cuh: sm80+, any
-// N, M = 1-32 by its table and any M in token chunks when forced), or -1 for the plan's pick
-// (gemm_plan: decode where decode_table.h's DecodeCut says so by M, N and K, else pick_gemm_row()).
+// N, M = 1-32 by its table and any M in token chunks when forced), kSm80Config (the sm80 GEMM of
+// shared_cuda's kp/gemm/sm80_gemm.h: forced only, until it has run on a GPU), or -1 for the plan's
+// pick (gemm_plan: decode where decode_table.h's DecodeCut says so by M, N and K, else
+// pick_gemm_row()).
 void linear_act(const LinearActArgs& a, int config, int device, cudaStream_t stream);
 std::vector<std::string> gemm_config_names();
 int gemm_plan(int64_t m, int64_t n, int64_t k);
 extern const int kDecodeConfig;
+extern const int kSm80Config;
 // "" when `device` can run linear_act's kernels, else why not.
 std::string gemm_device_problem(int device);
 

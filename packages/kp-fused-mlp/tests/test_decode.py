@@ -91,7 +91,7 @@ def _check(call, want, torch_out, *, name):
 @needs_native
 def test_configs_and_cut():
     mod = NATIVE.module
-    assert mod.gemm_configs()[-1] == "decode_gemv"
+    assert mod.gemm_configs()[-2:] == ["decode_gemv", "sm80_128x128x64"]
     assert mod.decode_configs() == ROWS and _cuda.decode_configs() == tuple(ROWS)
     assert _cuda.DECODE_MAX_M == mod.decode_max_m() == 32
     # linear_act's cut (decode_table.h's DecodeCut): N <= K decode up to 16 tokens, N > K up to 8.

@@ -231,6 +231,8 @@ def test_native_checks_its_arguments_before_any_cuda_call():
         mod.linear_act(**{**args, "act": 9})
     with pytest.raises(ValueError, match="no GEMM config 7"):
         mod.linear_act(**{**args, "config": 7})
+    with pytest.raises(ValueError, match="K=60 is not a multiple of 8.*pad it to 64"):  # the sm80 GEMM: the same rules
+        mod.linear_act(**{**args, "k": 60, "x_stride": 60, "w_stride": 60, "config": 6})
     mod.linear_act(**{**args, "m": 0})  # nothing to do: returns without a device
 
 
@@ -238,7 +240,7 @@ def test_gemm_table_and_plan():
     mod = _native()
     names = mod.gemm_configs()
     assert names == ["pingpong_64x128", "pingpong_128x128_c1x2", "pingpong_128x128_c2x1", "coop_256x192_c1x2",
-                     "coop_128x256_c2x1", "decode_gemv"]  # fmt: skip
+                     "coop_128x256_c2x1", "decode_gemv", "sm80_128x128x64"]  # fmt: skip
     assert _cuda.gemm_plan(1, 4096, 4096) == "decode_gemv"  # tests/test_decode.py: the cut by shape
     assert _cuda.gemm_plan(16, 4096, 4096) == "decode_gemv"
     assert _cuda.gemm_plan(17, 4096, 4096) == "pingpong_64x128"
@@ -572,8 +574,9 @@ def test_scheduler_override():
 )
 def test_every_gemm_table_row(dtype, with_bias, act, seed):
     """Each row of csrc/gemm_table.h, forced, on shapes with partial tiles in M and N, with each of
-    its kernels: the bias_act epilogue with a bias and with none (null pointer), and identity. The
-    last config is the decode kernel (any M, in 32-token chunks)."""
+    its kernels: the bias_act epilogue with a bias and with none (null pointer), and identity. After
+    the rows: the decode kernel (any M, in 32-token chunks) and the sm80 GEMM (mma.sync: it runs on
+    Hopper too)."""
     for config in range(len(_native().gemm_configs())):
         for (x_shape, n) in [((1, 64), 8), ((200, 136), 264), ((1031, 1024), 4104)]:
             x, w, b = _inputs(x_shape, n, dtype, "cuda", seed, with_bias)
