@@ -1,0 +1,186 @@
+"""Exact attention: flash_attn (batched), flash_attn_varlen (packed sequences of different lengths)
+and scaled_dot_product_attention (a drop-in for torch's, where the options overlap).
+
+Every argument is checked before any work, with an error that names it. Levels: this release has
+the reference level (reference.py: plain PyTorch, any device); the Triton and CUDA levels come next
+(docs in the package README). `backend` is "auto" or "reference" (or None: kp_core's request,
+argument > use_backend > KP_BACKEND > auto); a forced "triton" or "cuda" raises BackendUnavailable.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+from kp_core import BackendUnavailable, requested_backend
+
+from . import reference
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # float64: the oracle's
+MAX_HEAD_DIM = 256
+
+
+def _level(op: str, backend: Optional[str]) -> str:
+    # Under torch.compile the argument alone decides (dynamo cannot trace kp_core's ContextVar);
+    # every level of this release is the reference's plain PyTorch, which compiles without a break.
+    requested = (backend or "auto") if torch.compiler.is_compiling() else requested_backend(backend)
+    if requested in ("auto", "reference"):
+        return "reference"
+    if requested in ("triton", "cuda"):
+        raise BackendUnavailable(
+            f"{op}: backend {requested!r} cannot serve this call: kp-attention has its reference level only so far "
+            "(the Triton and CUDA levels are not built yet); use backend='auto' or 'reference'")
+    raise ValueError(f"{op}: backend must be 'auto', 'reference', 'triton' or 'cuda', got {requested!r}")
+
+
+def _check_qkv(op: str, q, k, v, rank: int, layout: str) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a tensor, got {type(t).__name__}")
+        if t.dim() != rank:
+            raise ValueError(f"{op}: {name} must be {rank}-D {layout}, got shape {tuple(t.shape)}")
+        if t.dtype not in DTYPES:
+            raise TypeError(f"{op}: {name} must be float16, bfloat16 or float32, got {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"{op}: q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"{op}: q, k and v must be on one device, got {q.device}, {k.device}, {v.device}")
+
+
+def _check_heads(op: str, q, k, v, heads_dim: int) -> None:
+    head_dim = q.shape[-1]
+    if k.shape[-1] != head_dim or v.shape[-1] != head_dim:
+        raise ValueError(f"{op}: q, k and v must share head_dim, got {head_dim}, {k.shape[-1]}, {v.shape[-1]}")
+    if not 1 <= head_dim <= MAX_HEAD_DIM:
+        raise ValueError(f"{op}: head_dim {head_dim} is not supported: at most {MAX_HEAD_DIM} "
+                         "(the kernels hold a row of q in registers)")  # fmt: skip
+    if k.shape != v.shape:
+        raise ValueError(f"{op}: k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    heads_q, heads_kv = q.shape[heads_dim], k.shape[heads_dim]
+    if heads_kv == 0 or heads_q % heads_kv:
+        raise ValueError(f"{op}: heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv}) (GQA / MQA)")
+
+
+def _check_options(op: str, causal, window, softmax_scale, softcap) -> Tuple[Tuple[int, int], float]:
+    if not isinstance(causal, bool):
+        raise TypeError(f"{op}: causal must be a bool, got {type(causal).__name__}")
+    if (not isinstance(window, (tuple, list)) or len(window) != 2
+            or not all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window)):  # fmt: skip
+        raise ValueError(f"{op}: window must be (left, right), ints >= -1 (-1: unbounded), got {window!r}")
+    left, right = int(window[0]), int(window[1])
+    if causal and right > 0:
+        raise ValueError(f"{op}: causal=True sees no key right of the diagonal, but window={tuple(window)} asks for "
+                         f"{right}: pass causal=False with window=({left}, {right}), or window=({left}, 0)")  # fmt: skip
+    if softmax_scale is not None and not (isinstance(softmax_scale, (int, float)) and math.isfinite(softmax_scale)):
+        raise ValueError(f"{op}: softmax_scale must be a finite number or None, got {softmax_scale!r}")
+    if not (isinstance(softcap, (int, float)) and math.isfinite(softcap) and softcap >= 0):
+        raise ValueError(f"{op}: softcap must be a finite number >= 0 (0: off), got {softcap!r}")
+    return (left, right), float(softcap)
+
+
+def flash_attn(q, k, v, causal: bool = False, window=(-1, -1), softmax_scale: Optional[float] = None,
+               softcap: float = 0.0, return_lse: bool = False, deterministic: bool = False, *, backend=None):  # fmt: skip
+    """Attention of q [batch, seqlen_q, heads_q, head_dim] over k, v [batch, seqlen_k, heads_kv,
+    head_dim] (heads_q a multiple of heads_kv: GQA / MQA, no copy of k, v in the kernels).
+
+    causal: each query sees the keys up to its diagonal, aligned bottom-right when seqlen_q !=
+    seqlen_k (the last query sees every key). window (left, right): keys within left before and
+    right after the diagonal (-1: unbounded); causal is window (left, 0). softmax_scale: default
+    1/sqrt(head_dim). softcap > 0: scores pass through softcap * tanh(s / softcap) first.
+    Returns out like q, or (out, lse) with lse fp32 [batch, heads_q, seqlen_q], natural log; a row
+    that sees no key gives zeros and lse = -inf. deterministic=True: bit-identical gradients run to
+    run (the reference level always is).
+    """
+    op = "flash_attn"
+    _check_qkv(op, q, k, v, 4, "[batch, seqlen, heads, head_dim]")
+    if k.shape[0] != q.shape[0]:
+        raise ValueError(f"{op}: q and k must share batch, got {q.shape[0]} and {k.shape[0]}")
+    _check_heads(op, q, k, v, 2)
+    window, softcap = _check_options(op, causal, window, softmax_scale, softcap)
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"{op}: deterministic must be a bool, got {type(deterministic).__name__}")
+    _level(op, backend)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+    out, lse = reference.attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap)
+    return (out, lse) if return_lse else out
+
+
+def _check_cu_seqlens(op: str, name: str, cu, total: int, max_seqlen, device) -> torch.Tensor:
+    if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 1:
+        what = f"{cu.dtype} of shape {tuple(cu.shape)}" if isinstance(cu, torch.Tensor) else type(cu).__name__
+        raise ValueError(f"{op}: {name} must be a 1-D int32 tensor [batch + 1], got {what}")
+    if cu.device != device:
+        raise ValueError(f"{op}: {name} must be on {device} with q, got {cu.device}")
+    if not isinstance(max_seqlen, int) or isinstance(max_seqlen, bool) or max_seqlen < 0:
+        raise ValueError(f"{op}: max_{name[3:]} must be an int >= 0, got {max_seqlen!r}")
+    host = cu.cpu()  # the check reads the offsets (one copy to the host)
+    lengths = host[1:] - host[:-1]
+    if host[0].item() != 0 or host[-1].item() != total or (lengths < 0).any():
+        raise ValueError(f"{op}: {name} must rise from 0 to {total} (the packed length) without decreasing, got "
+                         f"{host.tolist()[:8]}{' ...' if host.numel() > 8 else ''}")  # fmt: skip
+    if lengths.numel() and lengths.max().item() > max_seqlen:
+        raise ValueError(f"{op}: max_{name[3:]}={max_seqlen} is below the longest sequence ({lengths.max().item()})")
+    return host
+
+
+def flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
+                      causal: bool = False, window=(-1, -1), softmax_scale: Optional[float] = None,
+                      softcap: float = 0.0, return_lse: bool = False, deterministic: bool = False, *,
+                      backend=None):  # fmt: skip
+    """flash_attn over packed sequences: q [total_q, heads_q, head_dim], k, v [total_k, heads_kv,
+    head_dim]; sequence b is rows cu_seqlens_q[b]:cu_seqlens_q[b + 1] of q against rows
+    cu_seqlens_k[b]:cu_seqlens_k[b + 1] of k and v (int32 offsets from 0, a sequence may be empty).
+    Every option as in flash_attn, per sequence (causal aligned bottom-right in each). Returns out
+    like q, or (out, lse) with lse fp32 [heads_q, total_q]."""
+    op = "flash_attn_varlen"
+    _check_qkv(op, q, k, v, 3, "[total, heads, head_dim]")
+    _check_heads(op, q, k, v, 1)
+    window, softcap = _check_options(op, causal, window, softmax_scale, softcap)
+    cq = _check_cu_seqlens(op, "cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q, q.device)
+    ck = _check_cu_seqlens(op, "cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k, q.device)
+    if cq.numel() != ck.numel():
+        raise ValueError(f"{op}: cu_seqlens_q and cu_seqlens_k must hold one batch, got {cq.numel() - 1} and "
+                         f"{ck.numel() - 1} sequences")  # fmt: skip
+    _level(op, backend)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+    outs, lses = [], []
+    for b in range(cq.numel() - 1):
+        q0, q1, k0, k1 = int(cq[b]), int(cq[b + 1]), int(ck[b]), int(ck[b + 1])
+        o, lse = reference.attention(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], scale=scale, causal=causal,
+                                     window=window, softcap=softcap)  # fmt: skip
+        outs.append(o[0])
+        lses.append(lse[0])
+    out = torch.cat(outs) if outs else q.new_empty((0,) + tuple(q.shape[1:]))
+    if not return_lse:
+        return out
+    lse = torch.cat(lses, dim=-1) if lses else torch.empty(q.shape[1], 0, device=q.device)
+    return out, lse
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale: Optional[float] = None, enable_gqa: bool = False, *, backend=None):  # fmt: skip
+    """torch.nn.functional.scaled_dot_product_attention where the options overlap: [batch, heads,
+    seqlen, head_dim] tensors with any strides torch gives (no copies); is_causal aligned top-left
+    as torch's; enable_gqa for heads_q a multiple of heads_kv. A dense attn_mask or dropout raises
+    ValueError naming the option (use flash_attn's causal / window for the masks it serves)."""
+    op = "scaled_dot_product_attention"
+    if attn_mask is not None:
+        raise ValueError(f"{op}: attn_mask is not supported (a dense mask): kp-attention serves causal "
+                         "(is_causal=True) and sliding windows (flash_attn's window=) only")  # fmt: skip
+    if dropout_p != 0.0:
+        raise ValueError(f"{op}: dropout_p={dropout_p!r} is not supported: kp-attention has no dropout")
+    _check_qkv(op, query, key, value, 4, "[batch, heads, seqlen, head_dim]")
+    if not isinstance(is_causal, bool):
+        raise TypeError(f"{op}: is_causal must be a bool, got {type(is_causal).__name__}")
+    if query.shape[1] != key.shape[1] and not enable_gqa:
+        raise ValueError(f"{op}: query has {query.shape[1]} heads and key {key.shape[1]}: pass enable_gqa=True")
+    if key.shape[0] != query.shape[0]:
+        raise ValueError(f"{op}: query and key must share batch, got {query.shape[0]} and {key.shape[0]}")
+    _check_heads(op, query, key, value, 1)
+    if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
+        raise ValueError(f"{op}: scale must be a finite number or None, got {scale!r}")
+    _level(op, backend)
+    s = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+    out, _ = reference.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), scale=s,
+                                 causal=is_causal, diagonal=0)  # fmt: skip
+    return out.transpose(1, 2)

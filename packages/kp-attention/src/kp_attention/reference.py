@@ -1,0 +1,69 @@
+"""The reference level of exact attention: plain PyTorch, written for clarity, differentiable by
+autograd to any order. It is the fallback and, run in float64, the oracle every faster level is
+checked against.
+
+    out[b, i, h] = sum_j P[i, j] v[b, j, h'],   P = softmax_j(S[i, j]) over the keys row i may see,
+    S[i, j] = cap(scale * q[b, i, h] . k[b, j, h']),  h' = h // (heads_q // heads_kv)  (GQA / MQA)
+
+Which keys row i sees: with d = the diagonal's offset (flash_attn: seqlen_k - seqlen_q, so causal is
+aligned bottom-right; torch's SDPA: 0, top-left), key j is visible when
+    causal:          j <= i + d
+    window (l, r):   i + d - l <= j <= i + d + r   (a side of -1 is unbounded)
+A row that sees no key gives zeros (never NaN, in the output or the gradients) and lse = -inf.
+Math in fp32 for 16-bit and fp32 inputs (float64 for float64), the output rounded once.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import torch
+
+
+def visible(seqlen_q: int, seqlen_k: int, *, causal: bool, window: Tuple[int, int], diagonal: int,
+            device) -> Optional[torch.Tensor]:  # fmt: skip
+    """[seqlen_q, seqlen_k] bool: which keys each query row sees; None when it sees them all."""
+    left, right = window
+    if not causal and left < 0 and right < 0:
+        return None
+    i = torch.arange(seqlen_q, device=device).unsqueeze(1) + diagonal
+    j = torch.arange(seqlen_k, device=device).unsqueeze(0)
+    ok = torch.ones(seqlen_q, seqlen_k, dtype=torch.bool, device=device)
+    if causal:
+        ok &= j <= i
+    if left >= 0:
+        ok &= j >= i - left
+    if right >= 0:
+        ok &= j <= i + right
+    return ok
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float, causal: bool = False,
+              window: Tuple[int, int] = (-1, -1), softcap: float = 0.0, diagonal: Optional[int] = None,
+              ) -> Tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """q [batch, seqlen_q, heads_q, head_dim], k and v [batch, seqlen_k, heads_kv, head_dim] ->
+    (out like q, lse fp32 [batch, heads_q, seqlen_q], natural log). `diagonal` None: bottom-right."""
+    batch, seqlen_q, heads_q, _ = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+    group = heads_q // heads_kv
+    qf = q.to(compute).transpose(1, 2)  # [batch, heads_q, seqlen_q, head_dim]
+    kf = k.to(compute).transpose(1, 2).repeat_interleave(group, dim=1)
+    vf = v.to(compute).transpose(1, 2).repeat_interleave(group, dim=1)
+    s = (qf @ kf.transpose(-1, -2)) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    d = seqlen_k - seqlen_q if diagonal is None else diagonal
+    mask = visible(seqlen_q, seqlen_k, causal=causal, window=window, diagonal=d, device=q.device)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    # Softmax with the rows that see nothing kept finite: their max is taken as 0 and their sum as
+    # 1, so exp() gives exact zeros there and no 0/0 or log(0) enters the graph.
+    m = s.amax(dim=-1, keepdim=True) if seqlen_k else s.new_full((*s.shape[:-1], 1), float("-inf"))
+    seen = torch.isfinite(m)
+    m = torch.where(seen, m, torch.zeros_like(m)).detach()  # any finite shift is exact: no gradient needed
+    p = torch.exp(s - m)
+    total = p.sum(dim=-1, keepdim=True)
+    total = torch.where(seen, total, torch.ones_like(total))
+    out = (p @ vf) / total
+    lse = torch.where(seen, m + torch.log(total), torch.full_like(m, float("-inf"))).squeeze(-1)
+    return out.transpose(1, 2).to(q.dtype), lse.to(torch.float32) if compute != torch.float64 else lse
