@@ -178,8 +178,11 @@ def test_bad_input_raises_before_any_work(seed):
         fa(q, k, v, window=(-2, 0))
     with pytest.raises(ValueError, match="softcap"):
         fa(q, k, v, softcap=-1.0)
-    with pytest.raises(BackendUnavailable, match="reference level only"):
+    with pytest.raises(BackendUnavailable, match="CUDA level is not built yet"):
         fa(q, k, v, backend="cuda")
+    with pytest.raises(BackendUnavailable, match="packed sequences run the reference level"):
+        kp_attention.flash_attn_varlen(q[0], k[0], v[0], *[torch.tensor([0, 4], dtype=torch.int32)] * 2, 4, 4,
+                                       backend="triton")  # fmt: skip
     sdpa = kp_attention.scaled_dot_product_attention
     qt, kt_, vt = (t.transpose(1, 2) for t in (q, k, v))
     with pytest.raises(ValueError, match="attn_mask is not supported"):
@@ -217,3 +220,40 @@ def test_readme_example_runs():
     assert blocks, "the README has no Python example"
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {})
+
+
+# ---- the registered ops and their autograd (what the kernel levels run through) ------------------
+
+from kp_attention.attention import ATTENTION  # noqa: E402
+
+
+def test_registered_ops_pass_opcheck(seed):
+    q, k, v = (t.requires_grad_(True) for t in _qkv(1, 5, 7, 4, 2, 16, torch.float32, seed))
+    args = (0.25, True, 3, 0, 0.0, 2, "reference")
+    kt.opcheck(ATTENTION.fwd_op, (q, k, v, *args))
+    out, lse = ATTENTION.fwd_op(q, k, v, *args)
+    do = kt.randn(out.shape, seed=seed + 3)
+    kt.opcheck(ATTENTION.bwd_op, (do, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), *args))
+
+
+def test_eager_autograd_function_matches_autograd_of_the_formula(seed):
+    """ATTENTION.apply (the path kernel levels take with gradients) at the reference level."""
+    q, k, v = (t.requires_grad_(True) for t in _qkv(2, 6, 4, 4, 1, 8, torch.float32, seed))
+    do = kt.randn((2, 6, 4, 8), seed=seed + 5)
+    out, lse = ATTENTION.apply(q, k, v, 0.3, True, -1, -1, 1.5, -2, "reference")
+    got = torch.autograd.grad(out, (q, k, v), do)
+    ref_out, ref_lse = reference.attention(q, k, v, scale=0.3, causal=True, softcap=1.5, diagonal=-2)
+    want = torch.autograd.grad(ref_out, (q, k, v), do)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
+def test_compiled_forward_and_backward(seed):
+    q, k, v = (t.requires_grad_(True) for t in _qkv(1, 5, 6, 2, 1, 16, torch.float32, seed))
+    fn = kt.compiled(lambda q, k, v: kp_attention.flash_attn(q, k, v, causal=True, window=(2, 0)))
+    out = fn(q, k, v)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    want = kp_attention.flash_attn(q, k, v, causal=True, window=(2, 0))
+    for g, w in zip(grads, torch.autograd.grad(want.square().sum(), (q, k, v))):
+        torch.testing.assert_close(g, w)

@@ -1,10 +1,12 @@
 """Exact attention: flash_attn (batched), flash_attn_varlen (packed sequences of different lengths)
 and scaled_dot_product_attention (a drop-in for torch's, where the options overlap).
 
-Every argument is checked before any work, with an error that names it. Levels: this release has
-the reference level (reference.py: plain PyTorch, any device); the Triton and CUDA levels come next
-(docs in the package README). `backend` is "auto" or "reference" (or None: kp_core's request,
-argument > use_backend > KP_BACKEND > auto); a forced "triton" or "cuda" raises BackendUnavailable.
+Built on kp_core.op (docs/adding-an-op.md): the levels, a forward and a backward op registered with
+torch.library (fakes and autograd, so torch.compile sees no graph break), the checks (every
+argument, before any work, with an error that names it) and the public functions. Levels: triton
+(triton/attention.py) and reference (reference.py: plain PyTorch); the CUDA level is not built yet
+(_cuda.py says so). flash_attn_varlen runs the reference level for now. Gradients through the
+returned lse are served by the reference formula (the kernels' backward takes d(out) only).
 """
 from __future__ import annotations
 
@@ -12,25 +14,101 @@ import math
 from typing import Optional, Tuple
 
 import torch
-from kp_core import BackendUnavailable, requested_backend
+from kp_core import BackendUnavailable, registry, requested_backend
+from kp_core.op import AutogradOp, Levels
 
 from . import reference
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)  # float64: the oracle's
 MAX_HEAD_DIM = 256
 
+LEVELS = Levels(
+    "kp_attention",
+    {"cuda": "kp_attention._cuda", "triton": "kp_attention.triton.attention", "reference": "kp_attention.reference"},
+)
+"""Facts a level's `supports` reads: device type and index, dtype, head_dim."""
 
-def _level(op: str, backend: Optional[str]) -> str:
-    # Under torch.compile the argument alone decides (dynamo cannot trace kp_core's ContextVar);
-    # every level of this release is the reference's plain PyTorch, which compiles without a break.
-    requested = (backend or "auto") if torch.compiler.is_compiling() else requested_backend(backend)
-    if requested in ("auto", "reference"):
-        return "reference"
-    if requested in ("triton", "cuda"):
-        raise BackendUnavailable(
-            f"{op}: backend {requested!r} cannot serve this call: kp-attention has its reference level only so far "
-            "(the Triton and CUDA levels are not built yet); use backend='auto' or 'reference'")
-    raise ValueError(f"{op}: backend must be 'auto', 'reference', 'triton' or 'cuda', got {requested!r}")
+
+def describe_backends() -> list:
+    """Lines for `python -m kp_core`: what `auto` picks for bf16, head_dim 128, on each device."""
+    return LEVELS.describe(torch.bfloat16, 128)
+
+
+# ---------------------------------------------------------------------------------------------
+# The registered ops: q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] with a unit last stride; out
+# contiguous, lse fp32 [B, Hq, Sq]; the backward returns dq, dk, dv (dk, dv summed over a GQA group).
+# `diagonal`: key j is on query i's diagonal when j = i + diagonal (flash_attn: Sk - Sq; SDPA: 0).
+
+_OPTS = "float scale, bool causal, int left, int right, float softcap, int diagonal, str backend"
+
+
+def _fwd_fake(q, k, v, scale, causal, left, right, softcap, diagonal, backend):
+    b, sq, hq, d = q.shape
+    return q.new_empty((b, sq, hq, d)), q.new_empty((b, hq, sq), dtype=torch.float32)
+
+
+def _bwd_fake(do, q, k, v, out, lse, scale, causal, left, right, softcap, diagonal, backend):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, *options, backend = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.options, ctx.backend = tuple(options), backend
+
+
+def _backward(ctx, run_bwd, dout, _dlse):
+    # _dlse: flash_attn sends calls whose lse needs a gradient to the reference formula instead.
+    q, k, v, out, lse = ctx.saved_tensors
+    twice = torch.is_grad_enabled() and any(t.requires_grad for t in (dout, q, k, v))
+    with torch.no_grad():
+        grads = run_bwd(dout if dout.stride(-1) == 1 else dout.contiguous(), q, k, v, out, lse, *ctx.options,
+                        ctx.backend)  # fmt: skip
+    if twice:  # create_graph=True: these gradients carry a node that refuses a second differentiation
+        grads = registry.once_differentiable(tuple(grads), f"kp_attention.flash_attn: the {ctx.backend} backend")
+    return (*grads, None, None, None, None, None, None, None)
+
+
+ATTENTION = AutogradOp(
+    "kp_attention",
+    LEVELS,
+    fwd_schema=f"attention_fwd(Tensor q, Tensor k, Tensor v, {_OPTS}) -> (Tensor, Tensor)",
+    fwd_fake=_fwd_fake,
+    bwd_schema=f"attention_bwd(Tensor do, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, {_OPTS}) "
+               "-> (Tensor, Tensor, Tensor)",  # fmt: skip
+    bwd_fake=_bwd_fake,
+    setup_context=_setup_context,
+    backward=_backward,
+)
+
+
+def _run(op, q, k, v, scale, causal, window, softcap, diagonal, backend, lse_grad: bool):
+    """(out, lse) of one call at the level the request resolves to."""
+    left, right = window
+    args = (scale, causal, left, right, softcap, diagonal)
+    facts = (q.dtype, q.shape[-1])
+    if q.numel() == 0 or k.shape[1] == 0 or lse_grad:
+        # Nothing to launch (or rows that see no key at all), or a gradient through lse: the
+        # reference formula, differentiable to any order, serves it at every level.
+        requested = (backend or "auto") if registry.is_compiling() else requested_backend(backend)
+        if lse_grad and requested not in ("auto", "reference"):
+            raise BackendUnavailable(f"{op}: a gradient through the returned lse needs backend='reference' "
+                                     f"(the {requested} level's backward takes d(out) only)")  # fmt: skip
+        if not registry.is_compiling():
+            LEVELS.resolve(backend, q.device, *facts)  # a forced level that cannot serve this call still raises
+        return reference.attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap,
+                                   diagonal=diagonal)  # fmt: skip
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    if registry.is_compiling():
+        return ATTENTION.fwd_op(q, k, v, *args, LEVELS.traced(backend, q.device, *facts))
+    name = LEVELS.resolve(backend, q.device, *facts)
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if name == "reference":  # plain PyTorch: autograd differentiates it to any order
+        return reference.attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap,
+                                   diagonal=diagonal)  # fmt: skip
+    if grad:
+        return ATTENTION.apply(q, k, v, *args, name)
+    return LEVELS.impl(name, "attention_fwd")(q, k, v, *args)
 
 
 def _check_qkv(op: str, q, k, v, rank: int, layout: str) -> None:
@@ -99,10 +177,18 @@ def flash_attn(q, k, v, causal: bool = False, window=(-1, -1), softmax_scale: Op
     window, softcap = _check_options(op, causal, window, softmax_scale, softcap)
     if not isinstance(deterministic, bool):
         raise TypeError(f"{op}: deterministic must be a bool, got {type(deterministic).__name__}")
-    _level(op, backend)
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
-    out, lse = reference.attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap)
+    lse_grad = return_lse and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    out, lse = _run(op, q, k, v, scale, causal, window, softcap, k.shape[1] - q.shape[1], backend, lse_grad)
     return (out, lse) if return_lse else out
+
+
+def _reference_only(op: str, backend: Optional[str]) -> None:
+    """flash_attn_varlen runs the reference level for now: a forced kernel level raises."""
+    requested = (backend or "auto") if registry.is_compiling() else requested_backend(backend)
+    if requested not in ("auto", "reference"):
+        raise BackendUnavailable(f"{op}: backend {requested!r} cannot serve this call: packed sequences run the "
+                                 "reference level for now (the kernels' varlen form is still to come)")  # fmt: skip
 
 
 def _check_cu_seqlens(op: str, name: str, cu, total: int, max_seqlen, device) -> torch.Tensor:
@@ -141,7 +227,7 @@ def flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, ma
     if cq.numel() != ck.numel():
         raise ValueError(f"{op}: cu_seqlens_q and cu_seqlens_k must hold one batch, got {cq.numel() - 1} and "
                          f"{ck.numel() - 1} sequences")  # fmt: skip
-    _level(op, backend)
+    _reference_only(op, backend)
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
     outs, lses = [], []
     for b in range(cq.numel() - 1):
@@ -179,8 +265,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: f
     _check_heads(op, query, key, value, 1)
     if scale is not None and not (isinstance(scale, (int, float)) and math.isfinite(scale)):
         raise ValueError(f"{op}: scale must be a finite number or None, got {scale!r}")
-    _level(op, backend)
     s = 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
-    out, _ = reference.attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), scale=s,
-                                 causal=is_causal, diagonal=0)  # fmt: skip
+    out, _ = _run(op, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), s, is_causal, (-1, -1), 0.0,
+                  0, backend, False)  # fmt: skip
     return out.transpose(1, 2)

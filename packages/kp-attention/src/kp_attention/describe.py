@@ -3,4 +3,6 @@ from __future__ import annotations
 
 
 def describe_backends() -> list:
-    return ["flash_attn, flash_attn_varlen, scaled_dot_product_attention: reference (this release's only level)"]
+    from . import attention
+
+    return [f"flash_attn: {line}" for line in attention.describe_backends()]

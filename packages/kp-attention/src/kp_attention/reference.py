@@ -67,3 +67,49 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
     out = (p @ vf) / total
     lse = torch.where(seen, m + torch.log(total), torch.full_like(m, float("-inf"))).squeeze(-1)
     return out.transpose(1, 2).to(q.dtype), lse.to(torch.float32) if compute != torch.float64 else lse
+
+
+# The level functions (attention.py's LEVELS): the contract every level implements. Inputs as
+# flash_attn takes them (any strides, unit last stride); outputs contiguous; lse [batch, heads_q,
+# seqlen_q]; dk, dv summed over the query heads of a GQA group.
+def attention_fwd(q, k, v, scale: float, causal: bool, left: int, right: int, softcap: float, diagonal: int):
+    out, lse = attention(q, k, v, scale=scale, causal=causal, window=(left, right), softcap=softcap,
+                         diagonal=diagonal)  # fmt: skip
+    return out.contiguous(), lse.contiguous()
+
+
+def attention_bwd(do, q, k, v, out, lse, scale: float, causal: bool, left: int, right: int, softcap: float,
+                  diagonal: int):  # fmt: skip
+    """The backward written out (an op's impl runs below autograd, so it cannot call it), as the
+    kernels compute it: P from the saved lse, dV = P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)),
+    through softcap's tanh, dQ = scale dS K, dK = scale dS^T Q; dk, dv summed over a GQA group."""
+    batch, seqlen_q, heads_q, _ = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+    group = heads_q // heads_kv
+    qf, dof, of = (t.to(compute).transpose(1, 2) for t in (q, do, out))  # [batch, heads_q, seqlen_q, d]
+    kf = k.to(compute).transpose(1, 2).repeat_interleave(group, dim=1)
+    vf = v.to(compute).transpose(1, 2).repeat_interleave(group, dim=1)
+    s = (qf @ kf.transpose(-1, -2)) * scale
+    t = None
+    if softcap > 0:
+        t = torch.tanh(s / softcap)
+        s = softcap * t
+    mask = visible(seqlen_q, seqlen_k, causal=causal, window=(left, right), diagonal=diagonal, device=q.device)
+    l_ = lse.to(compute).unsqueeze(-1)
+    p = torch.where(torch.isfinite(l_), torch.exp(s - torch.where(torch.isfinite(l_), l_, torch.zeros_like(l_))),
+                    torch.zeros_like(s))  # fmt: skip
+    if mask is not None:
+        p = p.masked_fill(~mask, 0.0)
+    dv = p.transpose(-1, -2) @ dof
+    dp = dof @ vf.transpose(-1, -2)
+    ds = p * (dp - (dof * of).sum(-1, keepdim=True))
+    if t is not None:
+        ds = ds * (1 - t * t)
+    dq = (ds @ kf) * scale
+    dk = (ds.transpose(-1, -2) @ qf) * scale
+
+    def kv_grad(g):  # [batch, heads_q, seqlen_k, d] -> [batch, seqlen_k, heads_kv, d], summed over a group
+        return g.view(batch, heads_kv, group, seqlen_k, -1).sum(2).transpose(1, 2).to(k.dtype).contiguous()
+
+    return dq.transpose(1, 2).to(q.dtype).contiguous(), kv_grad(dk), kv_grad(dv)
