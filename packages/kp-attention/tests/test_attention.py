@@ -257,3 +257,39 @@ def test_compiled_forward_and_backward(seed):
     want = kp_attention.flash_attn(q, k, v, causal=True, window=(2, 0))
     for g, w in zip(grads, torch.autograd.grad(want.square().sum(), (q, k, v))):
         torch.testing.assert_close(g, w)
+
+
+# ---- the public functions at the Triton level (the interpreter on CPU) ----------------------------
+
+
+def _device():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.mark.parametrize("causal, window, softcap", [(True, (-1, -1), 0.0), (False, (3, 1), 2.5)], ids=str)
+def test_triton_level_through_the_public_functions(causal, window, softcap, seed):
+    """flash_attn(backend="triton") forward and backward (the registered autograd) and the SDPA
+    drop-in, against the reference level on the same inputs."""
+    pytest.importorskip("triton")
+    dt = torch.float32
+    q, k, v = (t.to(_device()).requires_grad_(True) for t in _qkv(2, 9, 12, 4, 2, 16, dt, seed))
+    do = kt.randn((2, 9, 4, 16), seed=seed + 9).to(_device())
+    got = kp_attention.flash_attn(q, k, v, causal=causal, window=window, softcap=softcap, backend="triton")
+    want = kp_attention.flash_attn(q, k, v, causal=causal, window=window, softcap=softcap, backend="reference")
+    kt.assert_matches_oracle(got, want.detach().double(), name="out")
+    for g, w in zip(torch.autograd.grad(got, (q, k, v), do), torch.autograd.grad(want, (q, k, v), do)):
+        kt.assert_matches_oracle(g, w.double(), scale=do.norm().item(), name="grad")
+    with torch.no_grad():
+        out, lse = kp_attention.flash_attn(q, k, v, causal=causal, window=window, softcap=softcap, return_lse=True,
+                                           backend="triton")  # fmt: skip
+        ref_out, ref_lse = kp_attention.flash_attn(q, k, v, causal=causal, window=window, softcap=softcap,
+                                                   return_lse=True, backend="reference")  # fmt: skip
+    seen = torch.isfinite(ref_lse)
+    assert torch.equal(seen, torch.isfinite(lse))
+    torch.testing.assert_close(lse[seen], ref_lse[seen], rtol=1e-5, atol=1e-5)
+    with pytest.raises(BackendUnavailable, match="gradient through the returned lse"):
+        kp_attention.flash_attn(q, k, v, return_lse=True, backend="triton")
+    qt, kt_, vt = (t.detach().transpose(1, 2) for t in (q, k, v))
+    sdpa = kp_attention.scaled_dot_product_attention(qt, kt_, vt, is_causal=causal, enable_gqa=True, backend="triton")
+    want = F.scaled_dot_product_attention(qt.double(), kt_.double(), vt.double(), is_causal=causal, enable_gqa=True)
+    kt.assert_matches_oracle(sdpa, torch.nan_to_num(want, nan=0.0), name="sdpa")

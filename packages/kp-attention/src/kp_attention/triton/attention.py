@@ -1,0 +1,391 @@
+"""The Triton level of exact attention, FlashAttention-2 style; the math is kp_attention.reference's.
+
+Forward: one program per (block of query rows, batch x query head) streams the key blocks the rows
+may see, keeping the running max and sum of an online softmax in exp2 form, all in fp32, and rounds
+the output once. It also writes lse (natural log, fp32) for the backward.
+
+Backward, deterministic (no atomics):
+  1. delta[b, h, i] = sum_d do * out                       (fp32, one program per row block)
+  2. one program per (key block, batch x kv head) loops over the query heads of its GQA group and
+     over the query rows that may see the block, accumulating dk and dv in registers;
+  3. one program per (query block, batch x query head) loops over the key blocks for dq.
+With p = exp(s - lse) recomputed: dv = p^T do, dp = do v^T, ds = p (dp - delta) (the gradient of
+the softcapped score s), and with t = tanh(scale * qk / softcap), s = softcap * t:
+    d s / d qk = scale * (1 - t^2)   (scale without softcap),   dq = dqk k,   dk = dqk^T q.
+
+Which keys row i sees (d = diagonal): causal j <= i + d; left >= 0: j >= i + d - left; right >= 0:
+j <= i + d + right. A row that sees none gives out = 0, lse = -inf and no gradient: every exp() is
+taken against a finite shift, so no -inf - -inf (NaN) is ever formed.
+
+Offsets are 64-bit (batch, head and row indices are widened before they meet a stride). The head
+dim is padded to a power of two >= 16 with masked loads and stores.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from kp_core.registry import on_device_of
+
+# Block sizes by padded head dim: (BLOCK_M query rows, BLOCK_N keys) for the forward and for the
+# backward (dk/dv kernel: BLOCK_N keys a program, BLOCK_M query rows a step; dq kernel the other
+# way round). Untuned first choices: nothing has been measured on a GPU yet (to tune on an H100).
+FWD_BLOCKS = {16: (64, 64), 32: (64, 64), 64: (64, 64), 128: (64, 64), 256: (64, 32)}
+BWD_BLOCKS = {16: (64, 64), 32: (64, 64), 64: (64, 64), 128: (64, 64), 256: (32, 32)}
+
+LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
+LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
+
+
+def _block_d(head_dim: int) -> int:
+    return max(16, triton.next_power_of_2(head_dim))
+
+
+@triton.jit
+def _tanh(x):
+    # tanh without overflow: e = exp(-2|x|) is in (0, 1]; the absolute error near 0 is ~ 1 ulp of 1.
+    e = tl.exp2(tl.abs(x) * (-2.0 * LOG2E))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(x < 0, -t, t)
+
+
+@triton.jit
+def _visible(rows, cols, seqlen_k, diagonal, left, right,
+             CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):  # fmt: skip
+    """[BLOCK_M, BLOCK_N] bool: key cols[j] exists and row rows[i] may see it."""
+    i = rows[:, None] + diagonal
+    j = cols[None, :]
+    ok = j < seqlen_k
+    if CAUSAL:
+        ok = ok & (j <= i)
+    if HAS_LEFT:
+        ok = ok & (j >= i - left)
+    if HAS_RIGHT:
+        ok = ok & (j <= i + right)
+    return ok
+
+
+@triton.jit
+def _scores(q, k, scale, softcap, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """(s, t): the (softcapped) scores in natural units, and t = tanh(scale qk / softcap) (or 0)."""
+    qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+    if SOFTCAP:
+        t = _tanh(qk * (scale / softcap))
+        s = softcap * t
+    else:
+        t = qk * 0.0
+        s = qk * scale
+    return s, t
+
+
+@triton.jit
+def _query_block(seqlen_q, heads_q, group, head_dim, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """A query-block program's coordinates: its block, (batch, head) in 64 bits, the kv head of its
+    GQA group, its rows and head-dim lanes and which of them exist."""
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // heads_q
+    h = bh % heads_q
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    return pid_m, bh, b, h, h // group, rows, rows.to(tl.int64), dims, rows < seqlen_q, dims < head_dim
+
+
+@triton.jit
+def _key_range(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
+               HAS_RIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """[lo, hi): the keys the query block pid_m may see, lo rounded down to a key block."""
+    first = pid_m * BLOCK_M
+    last = tl.minimum(first + BLOCK_M, seqlen_q) - 1
+    lo = 0
+    hi = seqlen_k
+    if HAS_LEFT:
+        lo = tl.maximum(first + diagonal - left, 0)
+    if CAUSAL:
+        hi = tl.minimum(hi, last + diagonal + 1)
+    if HAS_RIGHT:
+        hi = tl.minimum(hi, last + diagonal + right + 1)
+    return (lo // BLOCK_N) * BLOCK_N, hi
+
+
+@triton.jit
+def _fwd_kernel(
+    Q, K, V, O, LSE,
+    seqlen_q, seqlen_k, heads_q, group, head_dim,
+    sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sob, sos, soh,
+    scale, softcap, diagonal, left, right,
+    CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    pid_m, bh, b, h, hk, rows, rows64, dims, row_ok, dim_ok = _query_block(seqlen_q, heads_q, group, head_dim, BLOCK_M,
+                                                                            BLOCK_D)  # fmt: skip
+
+    q = tl.load(Q + b * sqb + h * sqh + rows64[:, None] * sqs + dims[None, :],
+                mask=row_ok[:, None] & dim_ok[None, :], other=0.0)  # fmt: skip
+    k_base = K + b * skb + hk * skh
+    v_base = V + b * svb + hk * svh
+
+    # The keys the block's rows may see: [lo, hi).
+    lo, hi = _key_range(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max, log2 units
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        cols64 = cols.to(tl.int64)
+        kv_mask = (cols < seqlen_k)[:, None] & dim_ok[None, :]
+        k = tl.load(k_base + cols64[:, None] * sks + dims[None, :], mask=kv_mask, other=0.0)
+        s, t = _scores(q, k, scale, softcap, SOFTCAP, DOT_PRECISION)
+        ok = _visible(rows, cols, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT)
+        s = tl.where(ok, s * LOG2E, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw nothing yet: finite
+        p = tl.exp2(s - shift[:, None])
+        alpha = tl.exp2(m_i - shift)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + cols64[:, None] * svs + dims[None, :], mask=kv_mask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    seen = l_i > 0.0
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * LN2, float("-inf"))
+    tl.store(O + b * sob + h * soh + rows64[:, None] * sos + dims[None, :], out.to(O.dtype.element_ty),
+             mask=row_ok[:, None] & dim_ok[None, :])  # fmt: skip
+    tl.store(LSE + bh * seqlen_q + rows64, lse, mask=row_ok)
+
+
+@triton.jit
+def _bwd_delta_kernel(
+    O, DO, DELTA, seqlen_q, heads_q, head_dim, sob, sos, soh, sdb, sds, sdh,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    pid_m = tl.program_id(0)
+    bh = tl.program_id(1).to(tl.int64)
+    b = bh // heads_q
+    h = bh % heads_q
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows64 = rows.to(tl.int64)
+    dims = tl.arange(0, BLOCK_D)
+    mask = (rows < seqlen_q)[:, None] & (dims < head_dim)[None, :]
+    o = tl.load(O + b * sob + h * soh + rows64[:, None] * sos + dims[None, :], mask=mask, other=0.0)
+    do = tl.load(DO + b * sdb + h * sdh + rows64[:, None] * sds + dims[None, :], mask=mask, other=0.0)
+    delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
+    tl.store(DELTA + bh * seqlen_q + rows64, delta, mask=rows < seqlen_q)
+
+
+@triton.jit
+def _probs_and_dscores(q, k, v, do, lse, delta, rows, cols, seqlen_k, scale, softcap, diagonal, left, right,
+                       CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                       SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):  # fmt: skip
+    """(p, dqk) for a [BLOCK_M, BLOCK_N] tile: the probabilities and the gradient w.r.t. q . k."""
+    s, t = _scores(q, k, scale, softcap, SOFTCAP, DOT_PRECISION)
+    ok = _visible(rows, cols, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT)
+    # lse = -inf only for rows that see no key: every entry of theirs is masked to p = 0 below, and
+    # the finite stand-in keeps -inf - -inf (NaN) out of the exp.
+    lse2 = tl.where(lse == float("-inf"), 0.0, lse * LOG2E)
+    p = tl.where(ok, tl.exp2(s * LOG2E - lse2[:, None]), 0.0)
+    dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
+    ds = p * (dp - delta[:, None])
+    if SOFTCAP:
+        dqk = ds * (scale * (1.0 - t * t))
+    else:
+        dqk = ds * scale
+    return p, dqk
+
+
+@triton.jit
+def _bwd_dkdv_kernel(
+    Q, K, V, DO, LSE, DELTA, DK, DV,
+    seqlen_q, seqlen_k, heads_kv, group, head_dim,
+    sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdkb, sdks, sdkh,
+    scale, softcap, diagonal, left, right,
+    CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    pid_n = tl.program_id(0)
+    bhk = tl.program_id(1).to(tl.int64)
+    b = bhk // heads_kv
+    hk = bhk % heads_kv
+    heads_q = heads_kv * group
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols64 = cols.to(tl.int64)
+    dims = tl.arange(0, BLOCK_D)
+    dim_ok = dims < head_dim
+    kv_mask = (cols < seqlen_k)[:, None] & dim_ok[None, :]
+    k = tl.load(K + b * skb + hk * skh + cols64[:, None] * sks + dims[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + b * svb + hk * svh + cols64[:, None] * svs + dims[None, :], mask=kv_mask, other=0.0)
+
+    # The query rows that may see the block's keys: [lo, hi).
+    first = pid_n * BLOCK_N
+    last = tl.minimum(first + BLOCK_N, seqlen_k) - 1
+    lo = 0
+    hi = seqlen_q
+    if CAUSAL:
+        lo = tl.maximum(first - diagonal, 0)
+    if HAS_RIGHT:
+        lo = tl.maximum(lo, first - diagonal - right)
+    if HAS_LEFT:
+        hi = tl.minimum(hi, last - diagonal + left + 1)
+    lo = (lo // BLOCK_M) * BLOCK_M
+
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    for g in range(0, group):
+        h = hk * group + g
+        q_base = Q + b * sqb + h * sqh
+        do_base = DO + b * sdb + h * sdh
+        stat_base = (b * heads_q + h) * seqlen_q
+        for start in range(lo, hi, BLOCK_M):
+            rows = start + tl.arange(0, BLOCK_M)
+            rows64 = rows.to(tl.int64)
+            row_ok = rows < seqlen_q
+            mask = row_ok[:, None] & dim_ok[None, :]
+            q = tl.load(q_base + rows64[:, None] * sqs + dims[None, :], mask=mask, other=0.0)
+            do = tl.load(do_base + rows64[:, None] * sds + dims[None, :], mask=mask, other=0.0)
+            lse = tl.load(LSE + stat_base + rows64, mask=row_ok, other=0.0)
+            delta = tl.load(DELTA + stat_base + rows64, mask=row_ok, other=0.0)
+            p, dqk = _probs_and_dscores(q, k, v, do, lse, delta, rows, cols, seqlen_k, scale, softcap, diagonal,
+                                        left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION)  # fmt: skip
+            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=DOT_PRECISION)
+            dk += tl.dot(tl.trans(dqk.to(q.dtype)), q, input_precision=DOT_PRECISION)
+
+    out = b * sdkb + hk * sdkh + cols64[:, None] * sdks + dims[None, :]
+    tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def _bwd_dq_kernel(
+    Q, K, V, DO, LSE, DELTA, DQ,
+    seqlen_q, seqlen_k, heads_q, group, head_dim,
+    sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdqb, sdqs, sdqh,
+    scale, softcap, diagonal, left, right,
+    CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    pid_m, bh, b, h, hk, rows, rows64, dims, row_ok, dim_ok = _query_block(seqlen_q, heads_q, group, head_dim, BLOCK_M,
+                                                                            BLOCK_D)  # fmt: skip
+    mask = row_ok[:, None] & dim_ok[None, :]
+    q = tl.load(Q + b * sqb + h * sqh + rows64[:, None] * sqs + dims[None, :], mask=mask, other=0.0)
+    do = tl.load(DO + b * sdb + h * sdh + rows64[:, None] * sds + dims[None, :], mask=mask, other=0.0)
+    lse = tl.load(LSE + bh * seqlen_q + rows64, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + bh * seqlen_q + rows64, mask=row_ok, other=0.0)
+    k_base = K + b * skb + hk * skh
+    v_base = V + b * svb + hk * svh
+
+    lo, hi = _key_range(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
+
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for start in range(lo, hi, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        cols64 = cols.to(tl.int64)
+        kv_mask = (cols < seqlen_k)[:, None] & dim_ok[None, :]
+        k = tl.load(k_base + cols64[:, None] * sks + dims[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + cols64[:, None] * svs + dims[None, :], mask=kv_mask, other=0.0)
+        p, dqk = _probs_and_dscores(q, k, v, do, lse, delta, rows, cols, seqlen_k, scale, softcap, diagonal,
+                                    left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION)  # fmt: skip
+        dq += tl.dot(dqk.to(k.dtype), k, input_precision=DOT_PRECISION)
+
+    tl.store(DQ + b * sdqb + h * sdqh + rows64[:, None] * sdqs + dims[None, :], dq.to(DQ.dtype.element_ty),
+             mask=mask)  # fmt: skip
+
+
+def _check(*tensors: torch.Tensor) -> None:
+    for t in tensors:
+        if t.stride(-1) != 1 and t.shape[-1] > 1:  # head dim 1: only element 0 is read, at offset 0
+            raise ValueError(f"the Triton attention kernels need stride(-1) == 1, got strides {t.stride()}")
+
+
+def _options(q: torch.Tensor, causal: bool, left: int, right: int, softcap: float) -> dict:
+    return dict(
+        CAUSAL=bool(causal), HAS_LEFT=left >= 0, HAS_RIGHT=right >= 0, SOFTCAP=softcap > 0,
+        # fp32 inputs: full-precision dots (Triton's default for fp32 on a GPU is TF32); 16-bit
+        # inputs: the target's default (the precision only applies to fp32 operands).
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else None,
+    )  # fmt: skip
+
+
+def _scalars(scale, softcap, diagonal, left, right) -> tuple:
+    # softcap only divides when it is on; 1.0 keeps the unused argument harmless otherwise.
+    return float(scale), float(softcap) if softcap > 0 else 1.0, int(diagonal), max(int(left), 0), max(int(right), 0)
+
+
+def attention_fwd(q, k, v, scale: float, causal: bool, left: int, right: int, softcap: float, diagonal: int):
+    """q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (Hq a multiple of Hkv: GQA/MQA, k and v read in
+    place, never copied or expanded), any strides with stride(-1) == 1, one dtype (fp16, bf16, fp32).
+    Returns (out, lse): out [B, Sq, Hq, D] contiguous in q's dtype; lse fp32 [B, Hq, Sq] contiguous,
+    natural log. Row i sees key j when: (not causal or j <= i + diagonal) and (left < 0 or
+    j >= i + diagonal - left) and (right < 0 or j <= i + diagonal + right). A row that sees no key:
+    out = 0 and lse = -inf (never NaN). softcap > 0: s = softcap * tanh(s / softcap) after the scale."""
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    if seqlen_k == 0:  # no key at all: every row sees nothing
+        return out.zero_(), lse.fill_(float("-inf"))
+    _check(q, k, v)
+    block_d = _block_d(head_dim)
+    block_m, block_n = FWD_BLOCKS[block_d]
+    scale, softcap_, diagonal, left_, right_ = _scalars(scale, softcap, diagonal, left, right)
+    grid = (triton.cdiv(seqlen_q, block_m), batch * heads_q)
+    with on_device_of(q):
+        _fwd_kernel[grid](
+            q, k, v, out, lse,
+            seqlen_q, seqlen_k, heads_q, heads_q // heads_kv, head_dim,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
+            scale, softcap_, diagonal, left_, right_,
+            **_options(q, causal, left, right, softcap), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        )  # fmt: skip
+    return out, lse
+
+
+def attention_bwd(do, q, k, v, out, lse, scale, causal, left, right, softcap, diagonal):
+    """do like out (any strides, stride(-1) == 1). Returns (dq, dk, dv): dq [B, Sq, Hq, D], dk and
+    dv [B, Sk, Hkv, D], contiguous, in q's dtype; for GQA dk/dv are summed over the Hq/Hkv query
+    heads that share a kv head. Rows that see no key contribute nothing (no NaN anywhere)."""
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    group = heads_q // heads_kv
+    dq = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    dk = torch.empty((batch, seqlen_k, heads_kv, head_dim), dtype=q.dtype, device=q.device)
+    dv = torch.empty_like(dk)
+    if batch == 0 or heads_q == 0 or head_dim == 0 or seqlen_q == 0 or seqlen_k == 0:
+        # no query row or no key: nothing flows anywhere
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    _check(do, q, k, v, out)
+    lse = lse.contiguous()
+    block_d = _block_d(head_dim)
+    block_m, block_n = BWD_BLOCKS[block_d]
+    scale, softcap_, diagonal, left_, right_ = _scalars(scale, softcap, diagonal, left, right)
+    options = dict(_options(q, causal, left, right, softcap), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
+    delta = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    strides = (
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
+    )  # fmt: skip
+    with on_device_of(q):
+        _bwd_delta_kernel[(triton.cdiv(seqlen_q, block_m), batch * heads_q)](
+            out, do, delta, seqlen_q, heads_q, head_dim, out.stride(0), out.stride(1), out.stride(2),
+            do.stride(0), do.stride(1), do.stride(2), BLOCK_M=block_m, BLOCK_D=block_d,
+        )  # fmt: skip
+        _bwd_dkdv_kernel[(triton.cdiv(seqlen_k, block_n), batch * heads_kv)](
+            q, k, v, do, lse, delta, dk, dv,
+            seqlen_q, seqlen_k, heads_kv, group, head_dim,
+            *strides, dk.stride(0), dk.stride(1), dk.stride(2),
+            scale, softcap_, diagonal, left_, right_, **options,
+        )  # fmt: skip
+        _bwd_dq_kernel[(triton.cdiv(seqlen_q, block_m), batch * heads_q)](
+            q, k, v, do, lse, delta, dq,
+            seqlen_q, seqlen_k, heads_q, group, head_dim,
+            *strides, dq.stride(0), dq.stride(1), dq.stride(2),
+            scale, softcap_, diagonal, left_, right_, **options,
+        )  # fmt: skip
+    return dq, dk, dv
+
+
+__all__ = ["attention_fwd", "attention_bwd", "FWD_BLOCKS", "BWD_BLOCKS"]

@@ -1,0 +1,219 @@
+"""kp-attention's Triton level against the float64 reference (kp_attention.reference.attention run in
+float64 on the same inputs, its gradients by autograd): out, lse and dq, dk, dv for causal, windows,
+softcap, GQA / MQA, seqlen_q != seqlen_k both ways, explicit diagonals, strided inputs and empty
+sequences. Without a GPU the kernels run under Triton's interpreter (shapes kept tiny, and the
+block table shrunk to 16 x 16 so that several blocks, and the loop bounds between them, are hit)."""
+import pytest
+import torch
+from kp_core import testing as kt
+from kp_core.testing.levels import interpret_triton_without_gpu, interpreter_problem
+
+interpret_triton_without_gpu()  # before kp_attention.triton.attention is imported
+
+pytest.importorskip("triton")
+if not torch.cuda.is_available() and interpreter_problem():
+    pytest.skip(interpreter_problem(), allow_module_level=True)
+
+from kp_attention import reference  # noqa: E402
+from kp_attention.triton import attention as ta  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+F64 = torch.float64
+ON_GPU = torch.cuda.is_available()
+# The interpreter's bf16 tl.dot is wrong (it is not the kernels): bf16 runs on a GPU only.
+BF16 = pytest.param(
+    torch.bfloat16, marks=pytest.mark.skipif(not ON_GPU, reason="Triton's interpreter gets bf16 dots wrong")
+)
+DTYPES = [torch.float32, torch.float16, BF16]
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """16 x 16 blocks for every head dim: tiny sequences span several blocks."""
+    for table in (ta.FWD_BLOCKS, ta.BWD_BLOCKS):
+        for key in list(table):
+            monkeypatch.setitem(table, key, (16, 16))
+
+
+def _qkv(b, sq, sk, hq, hkv, d, dtype, seed):
+    q = kt.randn((b, sq, hq, d), dtype=dtype, device=DEVICE, seed=seed)
+    k = kt.randn((b, sk, hkv, d), dtype=dtype, device=DEVICE, seed=seed + 1)
+    v = kt.randn((b, sk, hkv, d), dtype=dtype, device=DEVICE, seed=seed + 2)
+    return q, k, v
+
+
+def _reference(q, k, v, do, scale, causal, window, softcap, diagonal):
+    """(out, lse, (dq, dk, dv)) of the reference in float64."""
+    q64, k64, v64 = (t.detach().to(F64).requires_grad_(True) for t in (q, k, v))
+    out, lse = reference.attention(q64, k64, v64, scale=scale, causal=causal, window=window, softcap=softcap,
+                                   diagonal=diagonal)  # fmt: skip
+    grads = torch.autograd.grad(out, (q64, k64, v64), do.to(F64)) if out.numel() else (q64 * 0, k64 * 0, v64 * 0)
+    return out.detach(), lse.detach(), grads
+
+
+def _check(q, k, v, do, *, scale, causal=False, window=(-1, -1), softcap=0.0, diagonal=None, tag=""):
+    """Run the Triton forward and backward and check all five results against the float64 reference."""
+    sq, sk = q.shape[1], k.shape[1]
+    diagonal = sk - sq if diagonal is None else diagonal
+    left, right = window
+    out, lse = ta.attention_fwd(q, k, v, scale, causal, left, right, softcap, diagonal)
+    grads = ta.attention_bwd(do, q, k, v, out, lse, scale, causal, left, right, softcap, diagonal)
+    want_out, want_lse, want_grads = _reference(q, k, v, do, scale, causal, window, softcap, diagonal)
+
+    assert out.shape == q.shape and out.dtype == q.dtype and out.is_contiguous()
+    assert lse.shape == (q.shape[0], q.shape[2], sq) and lse.dtype == torch.float32 and lse.is_contiguous()
+    # The dtype's own bound: fp32 errors come out ~2e-7 (the fp32 dots run in IEEE precision, not
+    # TF32); 16-bit ones ~15% of the bound (p is rounded to the dtype for the p @ v dot, as in every
+    # flash attention, and the output once).
+    kt.assert_matches_oracle(out, want_out, name=f"out {tag}")
+    # lse: -inf exactly where the reference's is (rows that see no key), fp32-accurate elsewhere (the
+    # scores are fp32 dots of the same inputs in every dtype).
+    seen = torch.isfinite(want_lse)
+    assert not torch.isnan(lse).any() and not torch.isposinf(lse).any()
+    assert torch.equal(torch.isneginf(lse), ~seen), f"lse -inf pattern {tag}"
+    kt.assert_matches_oracle(lse[seen], want_lse[seen].to(lse.device), dtype=torch.float32, name=f"lse {tag}")
+    assert (out.permute(0, 2, 1, 3)[~seen] == 0).all(), f"rows that see nothing are not zero {tag}"
+
+    # dq vanishes where a row sees one key (window (0, 0)): errors are measured against |do|
+    scale_do = do.double().norm().item()
+    for name, g, w, t in zip(("dq", "dk", "dv"), grads, want_grads, (q, k, v)):
+        assert g.shape == t.shape and g.dtype == q.dtype and g.is_contiguous(), name
+        assert torch.isfinite(g).all(), f"{name} not finite {tag}"
+        kt.assert_matches_oracle(g, w, scale=scale_do, name=f"{name} {tag}")
+    return out, lse, grads
+
+
+SHAPES = [  # batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim
+    (2, 17, 17, 2, 2, 16),
+    (1, 9, 23, 4, 2, 32),  # seqlen_q < seqlen_k, GQA 4:2
+    (2, 23, 9, 4, 1, 64),  # seqlen_q > seqlen_k (causal: the first rows see nothing), MQA 4:1
+    (1, 33, 40, 4, 2, 72),  # head dim not a power of two (padded to 128), three blocks each way
+]
+OPTIONS = [  # causal, window, softcap
+    (False, (-1, -1), 0.0),
+    (True, (-1, -1), 0.0),
+    (False, (2, 1), 0.0),
+    (True, (3, 0), 0.0),
+    (False, (0, 0), 0.0),
+    (False, (-1, 2), 0.0),
+    (True, (-1, -1), 1.5),
+    (False, (2, 1), 0.7),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal, window, softcap", OPTIONS, ids=lambda o: str(o))
+def test_matches_float64_reference(shape, causal, window, softcap, dtype, seed, small_blocks):
+    b, sq, sk, hq, hkv, d = shape
+    q, k, v = _qkv(b, sq, sk, hq, hkv, d, dtype, seed)
+    do = kt.randn((b, sq, hq, d), dtype=dtype, device=DEVICE, seed=seed + 3)
+    _check(q, k, v, do, scale=d**-0.5, causal=causal, window=window, softcap=softcap, tag=f"{shape} {dtype}")
+
+
+@pytest.mark.parametrize("diagonal", [0, -3, 4, 30, -30])
+@pytest.mark.parametrize("causal, window", [(True, (-1, -1)), (False, (3, 2)), (True, (5, 0)), (False, (-1, 0))])
+def test_explicit_diagonals(diagonal, causal, window, seed, small_blocks):
+    """Top-left (0, torch's SDPA), shifted either way, and far enough that no row, or every row, sees all."""
+    q, k, v = _qkv(2, 19, 21, 2, 1, 16, torch.float32, seed)
+    do = kt.randn(q.shape, device=DEVICE, seed=seed + 3)
+    _check(q, k, v, do, scale=0.4, causal=causal, window=window, diagonal=diagonal, tag=f"d={diagonal}")
+
+
+def test_default_block_table_matches(seed):
+    """The shipped table (one block covers these sequences) gives what the 16 x 16 blocks give."""
+    for d in (16, 72):
+        q, k, v = _qkv(2, 21, 30, 4, 2, d, torch.float32, seed)
+        do = kt.randn(q.shape, device=DEVICE, seed=seed + 3)
+        _check(q, k, v, do, scale=d**-0.5, causal=True, window=(7, 0), softcap=2.0, tag=f"default blocks d={d}")
+
+
+@pytest.mark.parametrize("d", [1, 3, 256])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
+def test_head_dim_extremes(d, dtype, seed, small_blocks):
+    """The smallest head dims (padded to 16) and the largest (256)."""
+    q, k, v = _qkv(1, 18, 17, 2, 1, d, dtype, seed)
+    do = kt.randn(q.shape, dtype=dtype, device=DEVICE, seed=seed + 3)
+    _check(q, k, v, do, scale=d**-0.5, causal=True, window=(6, 0), softcap=1.0, tag=f"d={d} {dtype}")
+    _check(q, k, v, do, scale=d**-0.5, window=(2, 4), tag=f"d={d} {dtype}")
+
+
+def test_rows_that_see_nothing_give_zeros_and_finite_gradients(seed, small_blocks):
+    # seqlen_q > seqlen_k, causal and bottom-right: the first 21 rows sit above the diagonal
+    q, k, v = _qkv(1, 24, 3, 2, 2, 16, torch.float32, seed)
+    do = kt.randn(q.shape, device=DEVICE, seed=seed + 3)
+    out, lse, (dq, dk, dv) = _check(q, k, v, do, scale=0.25, causal=True)
+    assert (out[:, :21] == 0).all() and torch.isneginf(lse[..., :21]).all() and torch.isfinite(lse[..., 21:]).all()
+    assert (dq[:, :21] == 0).all()
+    # a window that excludes every key for every row
+    out, lse, (dq, dk, dv) = _check(q, k, v, do, scale=0.25, window=(0, 0), diagonal=10)
+    assert (out == 0).all() and torch.isneginf(lse).all()
+    assert (dq == 0).all() and (dk == 0).all() and (dv == 0).all()
+
+
+@pytest.mark.parametrize("b, sq, sk", [(2, 0, 5), (2, 5, 0), (0, 5, 5), (2, 0, 0)])
+def test_empty_sequences(b, sq, sk, seed):
+    q, k, v = _qkv(b, sq, sk, 4, 2, 16, torch.float32, seed)
+    do = kt.randn(q.shape, device=DEVICE, seed=seed + 3)
+    out, lse, (dq, dk, dv) = _check(q, k, v, do, scale=0.25, causal=True)
+    assert out.shape == (b, sq, 4, 16) and lse.shape == (b, 4, sq)
+    assert (out == 0).all()
+    if sk == 0:
+        assert torch.isneginf(lse).all()
+    assert dk.shape == k.shape and (dk == 0).all() and (dv == 0).all() and (dq == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, BF16], ids=str)
+def test_packed_qkv_and_strided_do(dtype, seed, small_blocks):
+    """q, k, v as strided views of one packed [B, S, 3, H, D] tensor, read in place; do a transposed
+    view; the inputs are left untouched."""
+    qkv = kt.randn((2, 19, 3, 4, 32), dtype=dtype, device=DEVICE, seed=seed)
+    before = qkv.clone()
+    q, k, v = qkv.unbind(2)
+    assert not q.is_contiguous()
+    do = kt.randn((2, 4, 19, 32), dtype=dtype, device=DEVICE, seed=seed + 3).transpose(1, 2)
+    assert not do.is_contiguous() and do.stride(-1) == 1
+    _check(q, k, v, do, scale=0.2, causal=True, window=(5, 0), tag=f"packed {dtype}")
+    assert torch.equal(qkv, before)
+    # a head-dim slice that is not the whole row either (row stride 3 * 4 * 32, head dim 24)
+    q2, k2, v2 = (t[..., :24] for t in (q, k, v))
+    _check(q2, k2, v2, do[..., :24], scale=0.2, softcap=3.0, tag=f"sliced {dtype}")
+
+
+def test_gqa_gradients_sum_over_the_group(seed, small_blocks):
+    """dk, dv of an MQA call equal the sum of those of the same call with k, v repeated per query head."""
+    q, k, v = _qkv(1, 18, 20, 4, 1, 16, torch.float32, seed)
+    do = kt.randn(q.shape, device=DEVICE, seed=seed + 3)
+    args = (0.25, True, 6, -1, 0.0, 2)
+    out, lse = ta.attention_fwd(q, k, v, *args)
+    _, dk, dv = ta.attention_bwd(do, q, k, v, out, lse, *args)
+    kr, vr = (t.repeat_interleave(4, 2) for t in (k, v))
+    out_r, lse_r = ta.attention_fwd(q, kr, vr, *args)
+    _, dkr, dvr = ta.attention_bwd(do, q, kr, vr, out_r, lse_r, *args)
+    torch.testing.assert_close(out, out_r, rtol=0, atol=0)
+    torch.testing.assert_close(dk, dkr.sum(2, keepdim=True), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(dv, dvr.sum(2, keepdim=True), rtol=1e-6, atol=1e-6)
+
+
+def test_backward_is_deterministic(seed, small_blocks):
+    q, k, v = _qkv(2, 20, 18, 4, 2, 32, torch.float32, seed)
+    do = kt.randn(q.shape, device=DEVICE, seed=seed + 3)
+    args = (0.2, False, 4, 3, 1.0, -2)
+    out, lse = ta.attention_fwd(q, k, v, *args)
+    first = ta.attention_bwd(do, q, k, v, out, lse, *args)
+    second = ta.attention_bwd(do, q, k, v, out, lse, *args)
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+
+
+@pytest.mark.gpu
+@pytest.mark.large
+def test_offsets_past_2_31_elements(seed):
+    """A query tensor of more than 2^31 elements: batch 1's rows start past int32 offsets."""
+    rows = 2**31 // 64 + 64
+    q = torch.empty((2, rows, 1, 64), dtype=torch.float16, device="cuda").normal_(generator=kt.generator(seed, "cuda"))
+    k, v = (kt.randn((2, 16, 1, 64), dtype=torch.float16, device="cuda", seed=seed + i) for i in (1, 2))
+    out, lse = ta.attention_fwd(q, k, v, 0.125, False, -1, -1, 0.0, 0)
+    tail = slice(rows - 40, rows)
+    want, want_lse = reference.attention(q[:, tail].double(), k.double(), v.double(), scale=0.125, diagonal=0)
+    kt.assert_matches_oracle(out[:, tail], want, name="out past 2^31")
+    kt.assert_matches_oracle(lse[..., tail], want_lse, dtype=torch.float32, name="lse past 2^31")
