@@ -293,3 +293,23 @@ def test_triton_level_through_the_public_functions(causal, window, softcap, seed
     sdpa = kp_attention.scaled_dot_product_attention(qt, kt_, vt, is_causal=causal, enable_gqa=True, backend="triton")
     want = F.scaled_dot_product_attention(qt.double(), kt_.double(), vt.double(), is_causal=causal, enable_gqa=True)
     kt.assert_matches_oracle(sdpa, torch.nan_to_num(want, nan=0.0), name="sdpa")
+
+
+def test_varlen_ops_pass_opcheck_and_match_autograd(seed):
+    from kp_attention.attention import ATTENTION_VARLEN
+
+    cq = torch.tensor([0, 3, 3, 8], dtype=torch.int32)
+    ck = torch.tensor([0, 4, 6, 6], dtype=torch.int32)
+    q = kt.randn((8, 4, 8), seed=seed).requires_grad_(True)
+    k, v = (kt.randn((6, 2, 8), seed=seed + i).requires_grad_(True) for i in (1, 2))
+    args = (cq, ck, 5, 4, 0.35, True, 2, 0, 1.5, "reference")
+    kt.opcheck(ATTENTION_VARLEN.fwd_op, (q, k, v, *args))
+    out, lse = ATTENTION_VARLEN.apply(q, k, v, *args)
+    do = kt.randn(out.shape, seed=seed + 3)
+    got = torch.autograd.grad(out, (q, k, v), do)
+    want_out = kp_attention.flash_attn_varlen(q, k, v, cq, ck, 5, 4, causal=True, window=(2, 0), softmax_scale=0.35,
+                                              softcap=1.5)  # fmt: skip
+    torch.testing.assert_close(out, want_out)
+    for g, w in zip(got, torch.autograd.grad(want_out, (q, k, v), do)):
+        torch.testing.assert_close(g, w)
+    kt.opcheck(ATTENTION_VARLEN.bwd_op, (do, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), *args))

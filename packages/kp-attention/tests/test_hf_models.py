@@ -58,10 +58,20 @@ def test_training_step(name, seed):
     assert torch.isfinite(kp(ids, labels=ids).loss)
 
 
-def test_padding_mask_is_refused_with_a_clear_error(seed):
-    _, kp = _pair("llama", seed)
-    ids = torch.randint(0, 97, (2, 6), generator=torch.Generator().manual_seed(seed))
-    mask = torch.ones(2, 6, dtype=torch.long)
-    mask[0, :2] = 0
-    with pytest.raises(ValueError, match="padding mask is not supported yet"):
-        kp(ids, attention_mask=mask)
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padded_batches_match_eager_on_the_real_tokens(side, seed):
+    ref, kp = _pair("llama", seed)
+    ids = torch.randint(1, 97, (3, 8), generator=torch.Generator().manual_seed(seed))
+    mask = torch.ones(3, 8, dtype=torch.long)
+    for row, pad in ((0, 3), (2, 1)):
+        if side == "left":
+            mask[row, :pad] = 0
+        else:
+            mask[row, 8 - pad:] = 0
+    with torch.no_grad():
+        want, got = ref(ids, attention_mask=mask).logits, kp(ids, attention_mask=mask).logits
+    real = mask.bool()
+    torch.testing.assert_close(got[real], want[real], rtol=2e-5, atol=2e-5)
+    if side == "left":  # generation pads on the left: the cached steps see the padding mask too
+        kw = dict(max_new_tokens=5, do_sample=False, pad_token_id=0)
+        assert torch.equal(kp.generate(ids, attention_mask=mask, **kw), ref.generate(ids, attention_mask=mask, **kw))

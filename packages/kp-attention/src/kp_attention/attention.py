@@ -82,6 +82,49 @@ ATTENTION = AutogradOp(
 )
 
 
+# The varlen ops: packed q [total_q, Hq, D], k and v [total_k, Hkv, D], int32 offsets; lse [Hq, total_q].
+_VOPTS = "Tensor cu_q, Tensor cu_k, int max_q, int max_k, float scale, bool causal, int left, int right, " \
+         "float softcap, str backend"  # fmt: skip
+
+
+def _vfwd_fake(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, left, right, softcap, backend):
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+def _vbwd_fake(do, q, k, v, out, lse, cu_q, cu_k, *rest):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _vsetup_context(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, *options, backend = inputs
+    ctx.save_for_backward(q, k, v, *output, cu_q, cu_k)
+    ctx.options, ctx.backend = tuple(options), backend
+
+
+def _vbackward(ctx, run_bwd, dout, _dlse):
+    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    twice = torch.is_grad_enabled() and any(t.requires_grad for t in (dout, q, k, v))
+    with torch.no_grad():
+        grads = run_bwd(dout if dout.stride(-1) == 1 else dout.contiguous(), q, k, v, out, lse, cu_q, cu_k,
+                        *ctx.options, ctx.backend)  # fmt: skip
+    if twice:
+        grads = registry.once_differentiable(tuple(grads), f"kp_attention.flash_attn_varlen: the {ctx.backend} backend")
+    return (*grads, *([None] * 10))
+
+
+ATTENTION_VARLEN = AutogradOp(
+    "kp_attention",
+    LEVELS,
+    fwd_schema=f"attention_varlen_fwd(Tensor q, Tensor k, Tensor v, {_VOPTS}) -> (Tensor, Tensor)",
+    fwd_fake=_vfwd_fake,
+    bwd_schema=f"attention_varlen_bwd(Tensor do, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, {_VOPTS}) "
+               "-> (Tensor, Tensor, Tensor)",  # fmt: skip
+    bwd_fake=_vbwd_fake,
+    setup_context=_vsetup_context,
+    backward=_vbackward,
+)
+
+
 def _run(op, q, k, v, scale, causal, window, softcap, diagonal, backend, lse_grad: bool):
     """(out, lse) of one call at the level the request resolves to."""
     left, right = window

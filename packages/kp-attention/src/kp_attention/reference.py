@@ -113,3 +113,33 @@ def attention_bwd(do, q, k, v, out, lse, scale: float, causal: bool, left: int, 
         return g.view(batch, heads_kv, group, seqlen_k, -1).sum(2).transpose(1, 2).to(k.dtype).contiguous()
 
     return dq.transpose(1, 2).to(q.dtype).contiguous(), kv_grad(dk), kv_grad(dv)
+
+
+# The varlen level functions: packed q [total_q, Hq, D], k and v [total_k, Hkv, D], int32 offsets
+# cu_seqlens_*; each sequence with its own bottom-right diagonal (len_k - len_q); lse [Hq, total_q].
+def _spans(cu_q, cu_k):
+    cq, ck = cu_q.tolist(), cu_k.tolist()
+    return [(cq[b], cq[b + 1], ck[b], ck[b + 1]) for b in range(len(cq) - 1)]
+
+
+def attention_varlen_fwd(q, k, v, cu_q, cu_k, max_q: int, max_k: int, scale: float, causal: bool, left: int,
+                         right: int, softcap: float):  # fmt: skip
+    out = torch.zeros(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32, device=q.device)
+    for q0, q1, k0, k1 in _spans(cu_q, cu_k):
+        if q1 > q0:
+            o, l_ = attention_fwd(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], scale, causal, left, right, softcap,
+                                  (k1 - k0) - (q1 - q0))  # fmt: skip
+            out[q0:q1], lse[:, q0:q1] = o[0], l_[0]
+    return out, lse
+
+
+def attention_varlen_bwd(do, q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: int, scale: float, causal: bool,
+                         left: int, right: int, softcap: float):  # fmt: skip
+    dq, dk, dv = (torch.zeros(t.shape, dtype=q.dtype, device=q.device) for t in (q, k, v))
+    for q0, q1, k0, k1 in _spans(cu_q, cu_k):
+        if q1 > q0 and k1 > k0:
+            g = attention_bwd(do[None, q0:q1], q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], out[None, q0:q1],
+                              lse[None, :, q0:q1], scale, causal, left, right, softcap, (k1 - k0) - (q1 - q0))  # fmt: skip
+            dq[q0:q1], dk[k0:k1], dv[k0:k1] = g[0][0], g[1][0], g[2][0]
+    return dq, dk, dv
