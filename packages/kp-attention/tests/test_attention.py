@@ -180,9 +180,9 @@ def test_bad_input_raises_before_any_work(seed):
         fa(q, k, v, softcap=-1.0)
     with pytest.raises(BackendUnavailable, match="CUDA level is not built yet"):
         fa(q, k, v, backend="cuda")
-    with pytest.raises(BackendUnavailable, match="packed sequences run the reference level"):
+    with pytest.raises(BackendUnavailable, match="CUDA level is not built yet"):
         kp_attention.flash_attn_varlen(q[0], k[0], v[0], *[torch.tensor([0, 4], dtype=torch.int32)] * 2, 4, 4,
-                                       backend="triton")  # fmt: skip
+                                       backend="cuda")  # fmt: skip
     sdpa = kp_attention.scaled_dot_product_attention
     qt, kt_, vt = (t.transpose(1, 2) for t in (q, k, v))
     with pytest.raises(ValueError, match="attn_mask is not supported"):
@@ -313,3 +313,20 @@ def test_varlen_ops_pass_opcheck_and_match_autograd(seed):
     for g, w in zip(got, torch.autograd.grad(want_out, (q, k, v), do)):
         torch.testing.assert_close(g, w)
     kt.opcheck(ATTENTION_VARLEN.bwd_op, (do, q.detach(), k.detach(), v.detach(), out.detach(), lse.detach(), *args))
+
+
+def test_varlen_at_the_triton_level_through_the_public_function(seed):
+    """flash_attn_varlen(backend="triton"): forward and the registered autograd, against the reference."""
+    pytest.importorskip("triton")
+    dev = _device()
+    cq = torch.tensor([0, 5, 5, 12], dtype=torch.int32, device=dev)
+    ck = torch.tensor([0, 3, 9, 16], dtype=torch.int32, device=dev)
+    q = kt.randn((12, 4, 16), seed=seed).to(dev).requires_grad_(True)
+    k, v = (kt.randn((16, 2, 16), seed=seed + i).to(dev).requires_grad_(True) for i in (1, 2))
+    do = kt.randn((12, 4, 16), seed=seed + 3).to(dev)
+    opts = dict(causal=True, window=(4, 0), softcap=2.0)
+    got = kp_attention.flash_attn_varlen(q, k, v, cq, ck, 7, 7, backend="triton", **opts)
+    want = kp_attention.flash_attn_varlen(q, k, v, cq, ck, 7, 7, backend="reference", **opts)
+    kt.assert_matches_oracle(got, want.detach().double(), name="out")
+    for g, w in zip(torch.autograd.grad(got, (q, k, v), do), torch.autograd.grad(want, (q, k, v), do)):
+        kt.assert_matches_oracle(g, w.double(), scale=do.norm().item(), name="grad")

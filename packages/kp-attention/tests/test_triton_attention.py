@@ -74,13 +74,18 @@ def _check(q, k, v, do, *, scale, causal=False, window=(-1, -1), softcap=0.0, di
     kt.assert_matches_oracle(lse[seen], want_lse[seen].to(lse.device), dtype=torch.float32, name=f"lse {tag}")
     assert (out.permute(0, 2, 1, 3)[~seen] == 0).all(), f"rows that see nothing are not zero {tag}"
 
-    # dq vanishes where a row sees one key (window (0, 0)): errors are measured against |do|
+    check_grads(grads, want_grads, (q, k, v), do, tag)
+    return out, lse, grads
+
+
+def check_grads(grads, want_grads, inputs, do, tag):
+    """dq, dk, dv: shape, dtype and layout, finite, and within the oracle's bound. dq vanishes where a
+    row sees one key (window (0, 0)), so errors are measured against |do|."""
     scale_do = do.double().norm().item()
-    for name, g, w, t in zip(("dq", "dk", "dv"), grads, want_grads, (q, k, v)):
-        assert g.shape == t.shape and g.dtype == q.dtype and g.is_contiguous(), name
+    for name, g, w, t in zip(("dq", "dk", "dv"), grads, want_grads, inputs):
+        assert g.shape == t.shape and g.dtype == t.dtype and g.is_contiguous(), name
         assert torch.isfinite(g).all(), f"{name} not finite {tag}"
         kt.assert_matches_oracle(g, w, scale=scale_do, name=f"{name} {tag}")
-    return out, lse, grads
 
 
 SHAPES = [  # batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim

@@ -5,8 +5,9 @@ Built on kp_core.op (docs/adding-an-op.md): the levels, a forward and a backward
 torch.library (fakes and autograd, so torch.compile sees no graph break), the checks (every
 argument, before any work, with an error that names it) and the public functions. Levels: triton
 (triton/attention.py) and reference (reference.py: plain PyTorch); the CUDA level is not built yet
-(_cuda.py says so). flash_attn_varlen runs the reference level for now. Gradients through the
-returned lse are served by the reference formula (the kernels' backward takes d(out) only).
+(_cuda.py says so). flash_attn_varlen reads its offsets on the host to check them (one copy), so
+under torch.compile it breaks the graph there. Gradients through the returned lse are served by
+the reference formula (the kernels' backward takes d(out) only).
 """
 from __future__ import annotations
 
@@ -226,14 +227,6 @@ def flash_attn(q, k, v, causal: bool = False, window=(-1, -1), softmax_scale: Op
     return (out, lse) if return_lse else out
 
 
-def _reference_only(op: str, backend: Optional[str]) -> None:
-    """flash_attn_varlen runs the reference level for now: a forced kernel level raises."""
-    requested = (backend or "auto") if registry.is_compiling() else requested_backend(backend)
-    if requested not in ("auto", "reference"):
-        raise BackendUnavailable(f"{op}: backend {requested!r} cannot serve this call: packed sequences run the "
-                                 "reference level for now (the kernels' varlen form is still to come)")  # fmt: skip
-
-
 def _check_cu_seqlens(op: str, name: str, cu, total: int, max_seqlen, device) -> torch.Tensor:
     if not isinstance(cu, torch.Tensor) or cu.dtype != torch.int32 or cu.dim() != 1 or cu.numel() < 1:
         what = f"{cu.dtype} of shape {tuple(cu.shape)}" if isinstance(cu, torch.Tensor) else type(cu).__name__
@@ -270,8 +263,28 @@ def flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, ma
     if cq.numel() != ck.numel():
         raise ValueError(f"{op}: cu_seqlens_q and cu_seqlens_k must hold one batch, got {cq.numel() - 1} and "
                          f"{ck.numel() - 1} sequences")  # fmt: skip
-    _reference_only(op, backend)
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    facts = (q.dtype, q.shape[-1])
+    requested = (backend or "auto") if registry.is_compiling() else requested_backend(backend)
+    if return_lse and grad and requested not in ("auto", "reference"):
+        raise BackendUnavailable(f"{op}: a gradient through the returned lse needs backend='reference' "
+                                 f"(the {requested} level's backward takes d(out) only)")  # fmt: skip
+    name = LEVELS.resolve(backend, q.device, *facts)
+    if name == "reference" or (return_lse and grad) or q.shape[0] == 0 or k.shape[0] == 0:
+        out, lse = _varlen_reference(q, k, v, cq, ck, scale, causal, window, softcap)
+    else:
+        q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, *window, softcap)
+        if grad:
+            out, lse = ATTENTION_VARLEN.apply(q, k, v, *args, name)
+        else:
+            out, lse = LEVELS.impl(name, "attention_varlen_fwd")(q, k, v, *args)
+    return (out, lse) if return_lse else out
+
+
+def _varlen_reference(q, k, v, cq, ck, scale, causal, window, softcap):
+    """Each sequence through the reference formula (autograd differentiates it to any order)."""
     outs, lses = [], []
     for b in range(cq.numel() - 1):
         q0, q1, k0, k1 = int(cq[b]), int(cq[b + 1]), int(ck[b]), int(ck[b + 1])
@@ -280,8 +293,6 @@ def flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, ma
         outs.append(o[0])
         lses.append(lse[0])
     out = torch.cat(outs) if outs else q.new_empty((0,) + tuple(q.shape[1:]))
-    if not return_lse:
-        return out
     lse = torch.cat(lses, dim=-1) if lses else torch.empty(q.shape[1], 0, device=q.device)
     return out, lse
 

@@ -19,6 +19,11 @@ taken against a finite shift, so no -inf - -inf (NaN) is ever formed.
 
 Offsets are 64-bit (batch, head and row indices are widened before they meet a stride). The head
 dim is padded to a power of two >= 16 with masked loads and stores.
+
+Packed sequences (attention_varlen_fwd / _bwd) run the same kernels with VARLEN on: a program reads
+its sequence's first rows and lengths from cu_seqlens (_sequence), returns at once when its block
+lies past the sequence's end (the grid covers max_seqlen), and uses the sequence's own bottom-right
+diagonal len_k - len_q; lse and delta are [Hq, total_q].
 """
 from __future__ import annotations
 
@@ -79,16 +84,49 @@ def _scores(q, k, scale, softcap, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.const
 
 
 @triton.jit
-def _query_block(seqlen_q, heads_q, group, head_dim, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    """A query-block program's coordinates: its block, (batch, head) in 64 bits, the kv head of its
-    GQA group, its rows and head-dim lanes and which of them exist."""
+def _sequence(CU_Q, CU_K, b, heads_q, seqlen_q, seqlen_k, diagonal, VARLEN: tl.constexpr):
+    """Where batch entry b (int64) lies: (bq, bk, stat0, stat_h, seqlen_q, seqlen_k, diagonal).
+    Its q-side rows start at bq * (the q-side batch stride), its k-side rows at bk * (the k-side
+    one); its lse / delta rows of head h at stat0 + h * stat_h. Batched: bq = bk = b, lse and delta
+    [B, Hq, Sq]. VARLEN: the batch strides passed are the row strides, bq and bk the sequence's
+    first q and k rows (cu_seqlens), lse and delta [Hq, total_q] with the seqlen_q argument = total_q;
+    the lengths are the sequence's own and the diagonal its bottom-right one."""
+    if VARLEN:
+        q0 = tl.load(CU_Q + b)
+        k0 = tl.load(CU_K + b)
+        len_q = tl.load(CU_Q + b + 1) - q0
+        len_k = tl.load(CU_K + b + 1) - k0
+        bq = q0.to(tl.int64)
+        bk = k0.to(tl.int64)
+        stat0 = bq
+        stat_h = seqlen_q.to(tl.int64)
+        diagonal = len_k - len_q
+        seqlen_q = len_q
+        seqlen_k = len_k
+    else:
+        bq = b
+        bk = b
+        stat0 = b * heads_q * seqlen_q
+        stat_h = seqlen_q
+    return bq, bk, stat0, stat_h, seqlen_q, seqlen_k, diagonal
+
+
+@triton.jit
+def _query_block(CU_Q, CU_K, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim, VARLEN: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
+    """A query-block program's coordinates: its block, its head and the kv head of its GQA group,
+    its rows and head-dim lanes and which of them exist, its sequence (_sequence: bq, bk, the
+    offset of its lse / delta rows, seqlen_q, seqlen_k, diagonal); 64-bit offsets."""
     pid_m = tl.program_id(0)
     bh = tl.program_id(1).to(tl.int64)
     b = bh // heads_q
     h = bh % heads_q
+    bq, bk, stat0, stat_h, seqlen_q, seqlen_k, diagonal = _sequence(CU_Q, CU_K, b, heads_q, seqlen_q, seqlen_k,
+                                                                    diagonal, VARLEN)  # fmt: skip
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     dims = tl.arange(0, BLOCK_D)
-    return pid_m, bh, b, h, h // group, rows, rows.to(tl.int64), dims, rows < seqlen_q, dims < head_dim
+    return (pid_m, h, h // group, rows, rows.to(tl.int64), dims, rows < seqlen_q, dims < head_dim, bq, bk,
+            stat0 + h * stat_h, seqlen_q, seqlen_k, diagonal)  # fmt: skip
 
 
 @triton.jit
@@ -110,20 +148,24 @@ def _key_range(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL: tl.cons
 
 @triton.jit
 def _fwd_kernel(
-    Q, K, V, O, LSE,
+    Q, K, V, O, LSE, CU_Q, CU_K,
     seqlen_q, seqlen_k, heads_q, group, head_dim,
     sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sob, sos, soh,
     scale, softcap, diagonal, left, right,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    VARLEN: tl.constexpr = False,
 ):  # fmt: skip
-    pid_m, bh, b, h, hk, rows, rows64, dims, row_ok, dim_ok = _query_block(seqlen_q, heads_q, group, head_dim, BLOCK_M,
-                                                                            BLOCK_D)  # fmt: skip
+    pid_m, h, hk, rows, rows64, dims, row_ok, dim_ok, bq, bk, stat, seqlen_q, seqlen_k, diagonal = _query_block(
+        CU_Q, CU_K, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim, VARLEN, BLOCK_M, BLOCK_D)  # fmt: skip
+    if VARLEN:
+        if pid_m * BLOCK_M >= seqlen_q:  # the grid covers max_seqlen_q: past this sequence's end
+            return
 
-    q = tl.load(Q + b * sqb + h * sqh + rows64[:, None] * sqs + dims[None, :],
+    q = tl.load(Q + bq * sqb + h * sqh + rows64[:, None] * sqs + dims[None, :],
                 mask=row_ok[:, None] & dim_ok[None, :], other=0.0)  # fmt: skip
-    k_base = K + b * skb + hk * skh
-    v_base = V + b * svb + hk * svh
+    k_base = K + bk * skb + hk * skh
+    v_base = V + bk * svb + hk * svh
 
     # The keys the block's rows may see: [lo, hi).
     lo, hi = _key_range(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
@@ -151,9 +193,9 @@ def _fwd_kernel(
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
     lse = tl.where(seen, (m_i + tl.log2(tl.where(seen, l_i, 1.0))) * LN2, float("-inf"))
-    tl.store(O + b * sob + h * soh + rows64[:, None] * sos + dims[None, :], out.to(O.dtype.element_ty),
+    tl.store(O + bq * sob + h * soh + rows64[:, None] * sos + dims[None, :], out.to(O.dtype.element_ty),
              mask=row_ok[:, None] & dim_ok[None, :])  # fmt: skip
-    tl.store(LSE + bh * seqlen_q + rows64, lse, mask=row_ok)
+    tl.store(LSE + stat + rows64, lse, mask=row_ok)
 
 
 @triton.jit
@@ -197,25 +239,31 @@ def _probs_and_dscores(q, k, v, do, lse, delta, rows, cols, seqlen_k, scale, sof
 
 @triton.jit
 def _bwd_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV,
+    Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K,
     seqlen_q, seqlen_k, heads_kv, group, head_dim,
     sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdkb, sdks, sdkh,
     scale, softcap, diagonal, left, right,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    VARLEN: tl.constexpr = False,
 ):  # fmt: skip
     pid_n = tl.program_id(0)
     bhk = tl.program_id(1).to(tl.int64)
     b = bhk // heads_kv
     hk = bhk % heads_kv
     heads_q = heads_kv * group
+    bq, bk, stat0, stat_h, seqlen_q, seqlen_k, diagonal = _sequence(CU_Q, CU_K, b, heads_q, seqlen_q, seqlen_k,
+                                                                    diagonal, VARLEN)  # fmt: skip
+    if VARLEN:
+        if pid_n * BLOCK_N >= seqlen_k:  # the grid covers max_seqlen_k: past this sequence's end
+            return
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     cols64 = cols.to(tl.int64)
     dims = tl.arange(0, BLOCK_D)
     dim_ok = dims < head_dim
     kv_mask = (cols < seqlen_k)[:, None] & dim_ok[None, :]
-    k = tl.load(K + b * skb + hk * skh + cols64[:, None] * sks + dims[None, :], mask=kv_mask, other=0.0)
-    v = tl.load(V + b * svb + hk * svh + cols64[:, None] * svs + dims[None, :], mask=kv_mask, other=0.0)
+    k = tl.load(K + bk * skb + hk * skh + cols64[:, None] * sks + dims[None, :], mask=kv_mask, other=0.0)
+    v = tl.load(V + bk * svb + hk * svh + cols64[:, None] * svs + dims[None, :], mask=kv_mask, other=0.0)
 
     # The query rows that may see the block's keys: [lo, hi).
     first = pid_n * BLOCK_N
@@ -234,9 +282,9 @@ def _bwd_dkdv_kernel(
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     for g in range(0, group):
         h = hk * group + g
-        q_base = Q + b * sqb + h * sqh
-        do_base = DO + b * sdb + h * sdh
-        stat_base = (b * heads_q + h) * seqlen_q
+        q_base = Q + bq * sqb + h * sqh
+        do_base = DO + bq * sdb + h * sdh
+        stat_base = stat0 + h * stat_h
         for start in range(lo, hi, BLOCK_M):
             rows = start + tl.arange(0, BLOCK_M)
             rows64 = rows.to(tl.int64)
@@ -251,29 +299,32 @@ def _bwd_dkdv_kernel(
             dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=DOT_PRECISION)
             dk += tl.dot(tl.trans(dqk.to(q.dtype)), q, input_precision=DOT_PRECISION)
 
-    out = b * sdkb + hk * sdkh + cols64[:, None] * sdks + dims[None, :]
+    out = bk * sdkb + hk * sdkh + cols64[:, None] * sdks + dims[None, :]
     tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
 def _bwd_dq_kernel(
-    Q, K, V, DO, LSE, DELTA, DQ,
+    Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K,
     seqlen_q, seqlen_k, heads_q, group, head_dim,
     sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdqb, sdqs, sdqh,
     scale, softcap, diagonal, left, right,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr = False,
 ):  # fmt: skip
-    pid_m, bh, b, h, hk, rows, rows64, dims, row_ok, dim_ok = _query_block(seqlen_q, heads_q, group, head_dim, BLOCK_M,
-                                                                            BLOCK_D)  # fmt: skip
+    pid_m, h, hk, rows, rows64, dims, row_ok, dim_ok, bq, bk, stat, seqlen_q, seqlen_k, diagonal = _query_block(
+        CU_Q, CU_K, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim, VARLEN, BLOCK_M, BLOCK_D)  # fmt: skip
+    if VARLEN:
+        if pid_m * BLOCK_M >= seqlen_q:  # the grid covers max_seqlen_q: past this sequence's end
+            return
     mask = row_ok[:, None] & dim_ok[None, :]
-    q = tl.load(Q + b * sqb + h * sqh + rows64[:, None] * sqs + dims[None, :], mask=mask, other=0.0)
-    do = tl.load(DO + b * sdb + h * sdh + rows64[:, None] * sds + dims[None, :], mask=mask, other=0.0)
-    lse = tl.load(LSE + bh * seqlen_q + rows64, mask=row_ok, other=0.0)
-    delta = tl.load(DELTA + bh * seqlen_q + rows64, mask=row_ok, other=0.0)
-    k_base = K + b * skb + hk * skh
-    v_base = V + b * svb + hk * svh
+    q = tl.load(Q + bq * sqb + h * sqh + rows64[:, None] * sqs + dims[None, :], mask=mask, other=0.0)
+    do = tl.load(DO + bq * sdb + h * sdh + rows64[:, None] * sds + dims[None, :], mask=mask, other=0.0)
+    lse = tl.load(LSE + stat + rows64, mask=row_ok, other=0.0)
+    delta = tl.load(DELTA + stat + rows64, mask=row_ok, other=0.0)
+    k_base = K + bk * skb + hk * skh
+    v_base = V + bk * svb + hk * svh
 
     lo, hi = _key_range(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
 
@@ -288,7 +339,7 @@ def _bwd_dq_kernel(
                                     left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION)  # fmt: skip
         dq += tl.dot(dqk.to(k.dtype), k, input_precision=DOT_PRECISION)
 
-    tl.store(DQ + b * sdqb + h * sdqh + rows64[:, None] * sdqs + dims[None, :], dq.to(DQ.dtype.element_ty),
+    tl.store(DQ + bq * sdqb + h * sdqh + rows64[:, None] * sdqs + dims[None, :], dq.to(DQ.dtype.element_ty),
              mask=mask)  # fmt: skip
 
 
@@ -312,6 +363,15 @@ def _scalars(scale, softcap, diagonal, left, right) -> tuple:
     return float(scale), float(softcap) if softcap > 0 else 1.0, int(diagonal), max(int(left), 0), max(int(right), 0)
 
 
+def _config(q: torch.Tensor, table: dict, scale, causal, left, right, softcap, diagonal) -> tuple:
+    """(options, scalars): the kernels' constexprs with the block sizes from `table` by head dim,
+    and (scale, softcap, diagonal, left, right) as the kernels take them."""
+    block_d = _block_d(q.shape[-1])
+    block_m, block_n = table[block_d]
+    options = dict(_options(q, causal, left, right, softcap), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
+    return options, _scalars(scale, softcap, diagonal, left, right)
+
+
 def attention_fwd(q, k, v, scale: float, causal: bool, left: int, right: int, softcap: float, diagonal: int):
     """q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (Hq a multiple of Hkv: GQA/MQA, k and v read in
     place, never copied or expanded), any strides with stride(-1) == 1, one dtype (fp16, bf16, fp32).
@@ -328,18 +388,15 @@ def attention_fwd(q, k, v, scale: float, causal: bool, left: int, right: int, so
     if seqlen_k == 0:  # no key at all: every row sees nothing
         return out.zero_(), lse.fill_(float("-inf"))
     _check(q, k, v)
-    block_d = _block_d(head_dim)
-    block_m, block_n = FWD_BLOCKS[block_d]
-    scale, softcap_, diagonal, left_, right_ = _scalars(scale, softcap, diagonal, left, right)
-    grid = (triton.cdiv(seqlen_q, block_m), batch * heads_q)
+    options, scalars = _config(q, FWD_BLOCKS, scale, causal, left, right, softcap, diagonal)
+    grid = (triton.cdiv(seqlen_q, options["BLOCK_M"]), batch * heads_q)
     with on_device_of(q):
         _fwd_kernel[grid](
-            q, k, v, out, lse,
+            q, k, v, out, lse, None, None,
             seqlen_q, seqlen_k, heads_q, heads_q // heads_kv, head_dim,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
-            scale, softcap_, diagonal, left_, right_,
-            **_options(q, causal, left, right, softcap), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+            *scalars, **options,
         )  # fmt: skip
     return out, lse
 
@@ -359,10 +416,8 @@ def attention_bwd(do, q, k, v, out, lse, scale, causal, left, right, softcap, di
         return dq.zero_(), dk.zero_(), dv.zero_()
     _check(do, q, k, v, out)
     lse = lse.contiguous()
-    block_d = _block_d(head_dim)
-    block_m, block_n = BWD_BLOCKS[block_d]
-    scale, softcap_, diagonal, left_, right_ = _scalars(scale, softcap, diagonal, left, right)
-    options = dict(_options(q, causal, left, right, softcap), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
+    options, scalars = _config(q, BWD_BLOCKS, scale, causal, left, right, softcap, diagonal)
+    block_m, block_n, block_d = options["BLOCK_M"], options["BLOCK_N"], options["BLOCK_D"]
     delta = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
     strides = (
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
@@ -374,18 +429,98 @@ def attention_bwd(do, q, k, v, out, lse, scale, causal, left, right, softcap, di
             do.stride(0), do.stride(1), do.stride(2), BLOCK_M=block_m, BLOCK_D=block_d,
         )  # fmt: skip
         _bwd_dkdv_kernel[(triton.cdiv(seqlen_k, block_n), batch * heads_kv)](
-            q, k, v, do, lse, delta, dk, dv,
+            q, k, v, do, lse, delta, dk, dv, None, None,
             seqlen_q, seqlen_k, heads_kv, group, head_dim,
             *strides, dk.stride(0), dk.stride(1), dk.stride(2),
-            scale, softcap_, diagonal, left_, right_, **options,
+            *scalars, **options,
         )  # fmt: skip
         _bwd_dq_kernel[(triton.cdiv(seqlen_q, block_m), batch * heads_q)](
-            q, k, v, do, lse, delta, dq,
+            q, k, v, do, lse, delta, dq, None, None,
             seqlen_q, seqlen_k, heads_q, group, head_dim,
             *strides, dq.stride(0), dq.stride(1), dq.stride(2),
-            scale, softcap_, diagonal, left_, right_, **options,
+            *scalars, **options,
         )  # fmt: skip
     return dq, dk, dv
 
 
-__all__ = ["attention_fwd", "attention_bwd", "FWD_BLOCKS", "BWD_BLOCKS"]
+# Packed sequences (varlen): the same kernels with VARLEN on. Each program reads its sequence's
+# first rows and lengths from cu_seqlens (axis 0 of the grid covers max_seqlen, a block past its
+# sequence's end returns at once); the batch strides passed are the row strides (the kernels'
+# batch index is then the sequence's first row); lse and delta are [Hq, total_q].
+def _rows(*tensors: torch.Tensor) -> tuple:
+    """(batch, row, head) strides of [total, heads, d] tensors for the VARLEN kernels."""
+    return tuple(s for t in tensors for s in (t.stride(0), t.stride(0), t.stride(1)))
+
+
+def attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
+                         scale: float, causal: bool, left: int, right: int, softcap: float):  # fmt: skip
+    """q [total_q, Hq, D], k and v [total_k, Hkv, D] (unit last stride, any row/head strides), one dtype;
+    cu_seqlens_q / cu_seqlens_k int32 [batch + 1] on q's device, offsets rising from 0 (already
+    checked by the caller; a sequence may be empty), max_seqlen_* >= every length.
+    Sequence b is rows cu_q[b]:cu_q[b+1] of q against rows cu_k[b]:cu_k[b+1] of k, v, with the
+    batched kernels' semantics and its own bottom-right diagonal: diagonal_b = len_k_b - len_q_b.
+    Returns (out [total_q, Hq, D] contiguous in q's dtype, lse fp32 [Hq, total_q] contiguous, natural
+    log; rows that see no key, including every row of a sequence with len_k = 0: out 0, lse -inf)."""
+    total_q, heads_q, head_dim = q.shape
+    total_k, heads_kv = k.shape[0], k.shape[1]
+    batch = cu_seqlens_q.numel() - 1
+    out = torch.empty((total_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    if total_k == 0 or max_seqlen_k == 0:  # no key at all: every row sees nothing
+        return out.zero_(), lse.fill_(float("-inf"))
+    _check(q, k, v)
+    options, scalars = _config(q, FWD_BLOCKS, scale, causal, left, right, softcap, 0)  # diagonal: per sequence
+    grid = (triton.cdiv(max_seqlen_q, options["BLOCK_M"]), batch * heads_q)
+    with on_device_of(q):
+        _fwd_kernel[grid](
+            q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+            total_q, total_k, heads_q, heads_q // heads_kv, head_dim, *_rows(q, k, v, out),
+            *scalars, **options, VARLEN=True,
+        )  # fmt: skip
+    return out, lse
+
+
+def attention_varlen_bwd(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
+                         max_seqlen_k: int, scale: float, causal: bool, left: int, right: int,
+                         softcap: float):  # fmt: skip
+    """Returns (dq [total_q, Hq, D], dk, dv [total_k, Hkv, D]) contiguous in q's dtype; dk, dv summed
+    over a GQA group; keys no row sees get 0. Deterministic (no atomics), no NaN anywhere."""
+    total_q, heads_q, head_dim = q.shape
+    total_k, heads_kv = k.shape[0], k.shape[1]
+    batch = cu_seqlens_q.numel() - 1
+    group = heads_q // heads_kv if heads_kv else 1
+    dq = torch.empty((total_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    dk = torch.empty((total_k, heads_kv, head_dim), dtype=q.dtype, device=q.device)
+    dv = torch.empty_like(dk)
+    if min(batch, heads_q, head_dim, total_q, total_k, max_seqlen_q, max_seqlen_k) <= 0:
+        # no query row or no key: nothing flows anywhere
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    _check(do, q, k, v, out)
+    lse = lse.contiguous()
+    options, scalars = _config(q, BWD_BLOCKS, scale, causal, left, right, softcap, 0)  # diagonal: per sequence
+    block_m, block_n, block_d = options["BLOCK_M"], options["BLOCK_N"], options["BLOCK_D"]
+    delta = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device)
+    strides = _rows(q, k, v, do)
+    with on_device_of(q):
+        # delta needs no sequence: the packed rows as one batch entry give [Hq, total_q] directly
+        _bwd_delta_kernel[(triton.cdiv(total_q, block_m), heads_q)](
+            out, do, delta, total_q, heads_q, head_dim, 0, out.stride(0), out.stride(1),
+            0, do.stride(0), do.stride(1), BLOCK_M=block_m, BLOCK_D=block_d,
+        )  # fmt: skip
+        _bwd_dkdv_kernel[(triton.cdiv(max_seqlen_k, block_n), batch * heads_kv)](
+            q, k, v, do, lse, delta, dk, dv, cu_seqlens_q, cu_seqlens_k,
+            total_q, total_k, heads_kv, group, head_dim, *strides, *_rows(dk),
+            *scalars, **options, VARLEN=True,
+        )  # fmt: skip
+        _bwd_dq_kernel[(triton.cdiv(max_seqlen_q, block_m), batch * heads_q)](
+            q, k, v, do, lse, delta, dq, cu_seqlens_q, cu_seqlens_k,
+            total_q, total_k, heads_q, group, head_dim, *strides, *_rows(dq),
+            *scalars, **options, VARLEN=True,
+        )  # fmt: skip
+    return dq, dk, dv
+
+
+__all__ = ["attention_fwd", "attention_bwd", "attention_varlen_fwd", "attention_varlen_bwd", "FWD_BLOCKS",
+           "BWD_BLOCKS"]
