@@ -88,6 +88,12 @@ def test(session: nox.Session, torch_version: str) -> None:
     session.run("python", "-m", "kp_core")
     args = [a for a in session.posargs if a != "--no-triton"]
     tests = [str(ROOT / "packages" / p / "tests") for p in PACKAGES]
+    # One pytest run imports every package's test modules by basename (rootdir-relative), so two
+    # packages' test_modules.py collide at collection: say which, before the run.
+    names = [f.name for t in tests for f in Path(t).glob("*.py") if f.name != "conftest.py"]
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        session.error(f"test files must have basenames unique across packages (one pytest run imports them): {clashes}")
     session.run("python", "-m", "pytest", "-q", "-n", os.environ.get("KP_TEST_WORKERS", "2"), *tests, *args)
 
 
