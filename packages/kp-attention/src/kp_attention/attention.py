@@ -53,21 +53,24 @@ def _bwd_fake(do, q, k, v, out, lse, scale, causal, left, right, softcap, diagon
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, *options, backend = inputs
-    ctx.save_for_backward(q, k, v, *output)
-    ctx.options, ctx.backend = tuple(options), backend
+    # Both op pairs: (q, k, v[, cu_q, cu_k], options..., backend); the tensors are saved, the rest kept.
+    q, k, v, *rest, backend = inputs
+    offsets = [t for t in rest if isinstance(t, torch.Tensor)]  # the varlen pair's cu_seqlens
+    ctx.save_for_backward(q, k, v, *output, *offsets)
+    ctx.options, ctx.backend = tuple(t for t in rest if not isinstance(t, torch.Tensor)), backend
+    ctx.n_inputs = len(inputs)
 
 
 def _backward(ctx, run_bwd, dout, _dlse):
-    # _dlse: flash_attn sends calls whose lse needs a gradient to the reference formula instead.
-    q, k, v, out, lse = ctx.saved_tensors
+    # _dlse: the public functions send calls whose lse needs a gradient to the reference formula.
+    q, k, v, *saved = ctx.saved_tensors  # out, lse[, cu_q, cu_k]: the backward op's order
     twice = torch.is_grad_enabled() and any(t.requires_grad for t in (dout, q, k, v))
     with torch.no_grad():
-        grads = run_bwd(dout if dout.stride(-1) == 1 else dout.contiguous(), q, k, v, out, lse, *ctx.options,
+        grads = run_bwd(dout if dout.stride(-1) == 1 else dout.contiguous(), q, k, v, *saved, *ctx.options,
                         ctx.backend)  # fmt: skip
     if twice:  # create_graph=True: these gradients carry a node that refuses a second differentiation
-        grads = registry.once_differentiable(tuple(grads), f"kp_attention.flash_attn: the {ctx.backend} backend")
-    return (*grads, None, None, None, None, None, None, None)
+        grads = registry.once_differentiable(tuple(grads), f"kp_attention: the {ctx.backend} backend")
+    return (*grads, *([None] * (ctx.n_inputs - 3)))
 
 
 ATTENTION = AutogradOp(
@@ -96,23 +99,6 @@ def _vbwd_fake(do, q, k, v, out, lse, cu_q, cu_k, *rest):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
-def _vsetup_context(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, *options, backend = inputs
-    ctx.save_for_backward(q, k, v, *output, cu_q, cu_k)
-    ctx.options, ctx.backend = tuple(options), backend
-
-
-def _vbackward(ctx, run_bwd, dout, _dlse):
-    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
-    twice = torch.is_grad_enabled() and any(t.requires_grad for t in (dout, q, k, v))
-    with torch.no_grad():
-        grads = run_bwd(dout if dout.stride(-1) == 1 else dout.contiguous(), q, k, v, out, lse, cu_q, cu_k,
-                        *ctx.options, ctx.backend)  # fmt: skip
-    if twice:
-        grads = registry.once_differentiable(tuple(grads), f"kp_attention.flash_attn_varlen: the {ctx.backend} backend")
-    return (*grads, *([None] * 10))
-
-
 ATTENTION_VARLEN = AutogradOp(
     "kp_attention",
     LEVELS,
@@ -121,8 +107,8 @@ ATTENTION_VARLEN = AutogradOp(
     bwd_schema=f"attention_varlen_bwd(Tensor do, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, {_VOPTS}) "
                "-> (Tensor, Tensor, Tensor)",  # fmt: skip
     bwd_fake=_vbwd_fake,
-    setup_context=_vsetup_context,
-    backward=_vbackward,
+    setup_context=_setup_context,
+    backward=_backward,
 )
 
 
