@@ -133,7 +133,7 @@ void Sm80Gemm<DType, Kind>::run(const Problem& p, const typename Kind::Args& e, 
   using T = typename Types::T;
   check_problem(p, sizeof(T));
   if (p.m == 0 || p.n == 0) return;
-  KP_CHECK_ARG(sm80_device_problem(device).empty(), "gemm: " + sm80_device_problem(device));
+  if (!sm80_runs_on(device)) KP_CHECK_ARG(false, "gemm: " + sm80_device_problem(device));
   const T* bias = nullptr;
   int act = 0;
   if constexpr (!std::is_same_v<Kind, epi::Identity>) {

@@ -13,6 +13,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
@@ -57,6 +58,21 @@ inline std::string sm80_device_problem(int device) {
 #endif
   return "this build has no machine code for sm_" + std::to_string(10 * info.major + info.minor) +
          " (KP_CUDA_ARCHS): rebuild with it to run kp's GEMM there";
+}
+
+// sm80_device_problem(device).empty(), computed once a device: Sm80Gemm::run asks every call, and
+// the answer (which builds strings) cannot change while the process runs. Racing first calls
+// compute the same value.
+inline bool sm80_runs_on(int device) {
+  constexpr int kMax = 64;
+  static std::atomic<int> known[kMax];  // 0: not asked yet, 1: runs, 2: does not
+  if (device < 0 || device >= kMax) return sm80_device_problem(device).empty();
+  int v = known[device].load(std::memory_order_relaxed);
+  if (v == 0) {
+    v = sm80_device_problem(device).empty() ? 1 : 2;
+    known[device].store(v, std::memory_order_relaxed);
+  }
+  return v == 1;
 }
 
 }  // namespace kp::gemm
