@@ -2,7 +2,8 @@
 float64 on the same inputs, its gradients by autograd): out, lse and dq, dk, dv for causal, windows,
 softcap, GQA / MQA, seqlen_q != seqlen_k both ways, explicit diagonals, strided inputs and empty
 sequences. Without a GPU the kernels run under Triton's interpreter (shapes kept tiny, and the
-block table shrunk to 16 x 16 so that several blocks, and the loop bounds between them, are hit)."""
+block table shrunk to 16 x 16 so that several blocks, and the loop bounds between them, are hit;
+the tests of the masked / mask-free split of the loops also use 32 x 16 and 16 x 32 blocks)."""
 import pytest
 import torch
 from kp_core import testing as kt
@@ -14,6 +15,8 @@ pytest.importorskip("triton")
 if not torch.cuda.is_available() and interpreter_problem():
     pytest.skip(interpreter_problem(), allow_module_level=True)
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from kp_attention import reference  # noqa: E402
 from kp_attention.triton import attention as ta  # noqa: E402
 
@@ -32,7 +35,7 @@ def small_blocks(monkeypatch):
     """16 x 16 blocks for every head dim: tiny sequences span several blocks."""
     for table in (ta.FWD_BLOCKS, ta.BWD_BLOCKS):
         for key in list(table):
-            monkeypatch.setitem(table, key, (16, 16))
+            monkeypatch.setitem(table, key, ta.Blocks(16, 16))
 
 
 def _qkv(b, sq, sk, hq, hkv, d, dtype, seed):
@@ -222,3 +225,136 @@ def test_offsets_past_2_31_elements(seed):
     want, want_lse = reference.attention(q[:, tail].double(), k.double(), v.double(), scale=0.125, diagonal=0)
     kt.assert_matches_oracle(out[:, tail], want, name="out past 2^31")
     kt.assert_matches_oracle(lse[..., tail], want_lse, dtype=torch.float32, name="lse past 2^31")
+
+
+
+# The loops' split into masked and mask-free tiles (_key_tiles for the forward and dq kernels,
+# _query_tiles for the dk/dv kernel) against brute force over the visibility matrix: the three
+# ranges cover exactly the tiles of [lo, hi), in order, and the middle one is exactly the tiles
+# that need no mask. The end-to-end tests would not notice a middle range that is too small (only
+# slower), and one that is too large only where a tile's edge meets a window's.
+@triton.jit
+def _tiles_kernel(OUT, CASES, n, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, KEYS: tl.constexpr, SIZE: tl.constexpr):  # fmt: skip
+    """(lo, mid_lo, mid_hi, hi) of n (case, program id) lanes, SIZE a program (the helpers are
+    elementwise): CASES rows (seqlen_q, seqlen_k, diagonal, left, right, program id)."""
+    lane = tl.program_id(0) * SIZE + tl.arange(0, SIZE)
+    ok = lane < n
+    seqlen_q = tl.load(CASES + lane * 6, mask=ok, other=1)
+    seqlen_k = tl.load(CASES + lane * 6 + 1, mask=ok, other=1)
+    diagonal = tl.load(CASES + lane * 6 + 2, mask=ok, other=0)
+    left = tl.load(CASES + lane * 6 + 3, mask=ok, other=0)
+    right = tl.load(CASES + lane * 6 + 4, mask=ok, other=0)
+    pid = tl.load(CASES + lane * 6 + 5, mask=ok, other=0)
+    if KEYS:
+        lo, mid_lo, mid_hi, hi = ta._key_tiles(pid, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT,
+                                               HAS_RIGHT, BLOCK_M, BLOCK_N)  # fmt: skip
+    else:
+        lo, mid_lo, mid_hi, hi = ta._query_tiles(pid, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT,
+                                                 HAS_RIGHT, BLOCK_M, BLOCK_N)  # fmt: skip
+    tl.store(OUT + lane * 4, lo, mask=ok)
+    tl.store(OUT + lane * 4 + 1, mid_lo, mask=ok)
+    tl.store(OUT + lane * 4 + 2, mid_hi, mask=ok)
+    tl.store(OUT + lane * 4 + 3, hi, mask=ok)
+
+
+def _tile_cases(seed):
+    """(seqlen_q, seqlen_k, diagonal, left, right): lengths at and around block multiples, diagonals
+    from far below to far above, windows from 0 to wider than several blocks."""
+    import random
+
+    rng = random.Random(seed)
+    lengths = [1, 5, 15, 16, 17, 31, 32, 33, 47, 64, 65, 100]
+    cases = [(16, 16, 0, 0, 0), (40, 17, 23, 3, 0), (17, 40, -23, 0, 2), (33, 33, -40, 5, 5), (33, 33, 40, 5, 5)]
+    for _ in range(300):
+        cases.append((rng.choice(lengths), rng.choice(lengths), rng.randint(-70, 70),
+                      rng.choice([0, 1, 2, 7, 15, 16, 17, 20, 31, 33, 40, 64, 80]),
+                      rng.choice([0, 1, 3, 15, 16, 33, 47, 64])))  # fmt: skip
+    return cases
+
+
+def _expected_ranges(keys, pid, vis, d, left, right, causal, has_left, has_right, bm, bn):
+    """The loop's [lo, hi) (as the kernels had it before the split), its step and the set of tiles
+    in it that need no mask, from the visibility matrix vis [seqlen_q, seqlen_k]."""
+    sq, sk = vis.shape
+    if keys:  # the rows of query block pid against key tiles of bn; rows >= sq are never stored
+        first, last = pid * bm, min(pid * bm + bm, sq) - 1
+        lo, hi = (max(first + d - left, 0) if has_left else 0), sk
+        if causal:
+            hi = min(hi, last + d + 1)
+        if has_right:
+            hi = min(hi, last + d + right + 1)
+        lo, step = lo // bn * bn, bn
+        block = vis[first:last + 1]
+        whole = {t for t in range(lo, hi, bn) if t + bn <= sk and bool(block[:, t:t + bn].all())}
+        seen = block.any(0).nonzero().flatten().tolist()
+    else:  # the keys of key block pid against row tiles of bm; rows >= sq add exactly 0
+        first, last = pid * bn, min(pid * bn + bn, sk) - 1
+        lo, hi = (max(first - d, 0) if causal else 0), sq
+        if has_right:
+            lo = max(lo, first - d - right)
+        if has_left:
+            hi = min(hi, last - d + left + 1)
+        lo, step = lo // bm * bm, bm
+        block = vis[:, first:last + 1]
+        whole = {t for t in range(lo, hi, bm) if first + bn <= sk and bool(block[t:t + bm].all())}
+        seen = block.any(1).nonzero().flatten().tolist()
+    assert all(lo <= x < hi for x in seen)  # every visible pair is inside the loop
+    return lo, hi, step, whole
+
+
+@pytest.mark.parametrize("bm, bn", [(16, 16), (32, 16), (16, 32), (64, 16)])
+@pytest.mark.parametrize("causal, has_left, has_right", [(c, l, r) for c in (0, 1) for l in (0, 1) for r in (0, 1)])
+def test_mask_free_tiles_are_exact(causal, has_left, has_right, bm, bn, seed):
+    cases = _tile_cases(seed)
+    window = lambda left, right: (left if has_left else -1, right if has_right else -1)  # noqa: E731
+    vis = [reference.visible(sq, sk, causal=bool(causal), window=window(left, right), diagonal=d, device="cpu")
+           for sq, sk, d, left, right in cases]  # fmt: skip
+    vis = [torch.ones(c[0], c[1], dtype=torch.bool) if v is None else v for v, c in zip(vis, cases)]
+    for keys in (True, False):
+        lanes = [(c, pid) for c, (sq, sk, *_) in enumerate(cases)
+                 for pid in range(-(-sq // bm) if keys else -(-sk // bn))]  # fmt: skip
+        table = torch.tensor([(*cases[c], pid) for c, pid in lanes], dtype=torch.int32, device=DEVICE)
+        out = torch.full((len(lanes), 4), -12345, dtype=torch.int32, device=DEVICE)
+        size = 1024
+        _tiles_kernel[(-(-len(lanes) // size),)](out, table, len(lanes), bool(causal), bool(has_left),
+                                                 bool(has_right), bm, bn, keys, size)  # fmt: skip
+        for (c, pid), (lo, mid_lo, mid_hi, hi) in zip(lanes, out.cpu().tolist()):
+            _, _, d, left, right = cases[c]
+            tag = f"{'keys' if keys else 'rows'} of program {pid}, case {cases[c]}: {(lo, mid_lo, mid_hi, hi)}"
+            want_lo, want_hi, step, whole = _expected_ranges(keys, pid, vis[c], d, left, right, causal, has_left,
+                                                             has_right, bm, bn)  # fmt: skip
+            assert (lo, hi) == (want_lo, want_hi), tag
+            parts = [list(range(a, b, step)) for a, b in ((lo, mid_lo), (mid_lo, mid_hi), (mid_hi, hi))]
+            assert parts[0] + parts[1] + parts[2] == list(range(lo, hi, step)), tag
+            assert set(parts[1]) == whole, f"{tag}; whole tiles {sorted(whole)}"
+
+
+@pytest.fixture(params=[(16, 16), (32, 16), (16, 32)], ids=lambda b: f"blocks{b[0]}x{b[1]}")
+def block_shapes(request, monkeypatch):
+    """BLOCK_M = BLOCK_N and BLOCK_M != BLOCK_N both ways, in the forward's and the backward's tables."""
+    for table in (ta.FWD_BLOCKS, ta.BWD_BLOCKS):
+        for key in list(table):
+            monkeypatch.setitem(table, key, ta.Blocks(*request.param))
+
+
+# Windows wide enough for whole tiles between masked ones in the same program (the narrow windows
+# above leave none). These meet only a few of a window edge's offsets within a tile: every offset
+# is test_mask_free_tiles_are_exact's.
+WIDE = [  # seqlen_q, seqlen_k, causal, window, softcap, diagonal
+    (90, 70, False, (40, 35), 0.0, -13),
+    (70, 90, False, (37, 37), 0.0, 20),
+    (90, 70, True, (60, 0), 0.0, 3),
+    (70, 90, True, (60, 0), 1.5, 9),
+    (70, 90, True, (-1, -1), 0.0, -5),
+    (90, 70, False, (50, -1), 0.0, -12),
+    (70, 90, False, (-1, 40), 0.0, -10),
+]
+
+
+@pytest.mark.parametrize("sq, sk, causal, window, softcap, diagonal", WIDE, ids=str)
+def test_wide_windows_and_block_shapes(sq, sk, causal, window, softcap, diagonal, seed, block_shapes):
+    q, k, v = _qkv(1, sq, sk, 2, 1, 16, torch.float32, seed)
+    do = kt.randn(q.shape, device=DEVICE, seed=seed + 3)
+    _check(q, k, v, do, scale=0.3, causal=causal, window=window, softcap=softcap, diagonal=diagonal,
+           tag=f"{sq}x{sk} {causal} {window} {softcap} d={diagonal}")  # fmt: skip

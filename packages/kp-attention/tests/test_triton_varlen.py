@@ -9,7 +9,8 @@ import torch
 from kp_core import testing as kt
 
 # The batched kernels' test module: the interpreter set-up, DEVICE, BF16 and the small_blocks fixture.
-from test_triton_attention import BF16, DEVICE, F64, ON_GPU, check_grads, reference, small_blocks, ta  # noqa: F401
+from test_triton_attention import (BF16, DEVICE, F64, ON_GPU, block_shapes, check_grads, reference,  # noqa: F401
+                                   small_blocks, ta)
 
 
 def _cu(lengths):
@@ -170,3 +171,15 @@ def test_default_block_table(seed):
     lens_q, lens_k = [70, 5, 0, 9], [66, 0, 4, 80]
     q, k, v, do = _packed(lens_q, lens_k, 2, 1, 16, torch.float32, seed)
     _check(q, k, v, do, lens_q, lens_k, scale=0.25, causal=True, window=(40, 0), softcap=2.0, tag="default blocks")
+
+
+@pytest.mark.parametrize("causal, window, softcap",
+                         [(False, (40, 35), 0.0), (True, (60, 0), 1.5), (True, (-1, -1), 0.0), (False, (-1, 37), 0.0)],
+                         ids=str)  # fmt: skip
+def test_wide_windows_and_block_shapes(causal, window, softcap, seed, block_shapes):
+    """Windows wide enough for whole tiles between masked ones, each sequence with its own diagonal,
+    BLOCK_M = BLOCK_N and != both ways."""
+    lens_q, lens_k = [70, 0, 45, 90, 20], [90, 9, 61, 70, 0]
+    q, k, v, do = _packed(lens_q, lens_k, 2, 1, 16, torch.float32, seed)
+    _check(q, k, v, do, lens_q, lens_k, scale=0.3, causal=causal, window=window, softcap=softcap,
+           tag=f"{causal} {window} {softcap}")  # fmt: skip

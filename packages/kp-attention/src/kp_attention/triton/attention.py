@@ -17,8 +17,17 @@ Which keys row i sees (d = diagonal): causal j <= i + d; left >= 0: j >= i + d -
 j <= i + d + right. A row that sees none gives out = 0, lse = -inf and no gradient: every exp() is
 taken against a finite shift, so no -inf - -inf (NaN) is ever formed.
 
+Masks only where needed: each program splits its loop over key tiles (forward, dq) or query-row
+tiles (dk/dv) into a leading and a trailing range of tiles that cross a causal / window / sequence
+edge, which evaluate _visible and tl.where, and the middle range of tiles that every row of the
+program sees whole, which skip both (_key_tiles, _query_tiles; the loop bodies _fwd_tiles,
+_dkdv_tiles and _dq_tiles are compiled once with MASK on and once with it off). Without softcap the
+scores are taken in log2 units by one multiply, qk * (scale * log2(e)).
+
 Offsets are 64-bit (batch, head and row indices are widened before they meet a stride). The head
-dim is padded to a power of two >= 16 with masked loads and stores.
+dim is padded to a power of two >= 16 with masked loads and stores; it is a compile-time constant,
+so at head dims that are powers of two the mask folds away (a runtime head_dim made every q/k/v
+load a scalar 16-bit load, outside cp.async's pipeline: SASS, sm_90).
 
 Packed sequences (attention_varlen_fwd / _bwd) run the same kernels with VARLEN on: a program reads
 its sequence's first rows and lengths from cu_seqlens (_sequence), returns at once when its block
@@ -27,16 +36,40 @@ diagonal len_k - len_q; lse and delta are [Hq, total_q].
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
 from kp_core.registry import on_device_of
 
-# Block sizes by padded head dim: (BLOCK_M query rows, BLOCK_N keys) for the forward and for the
-# backward (dk/dv kernel: BLOCK_N keys a program, BLOCK_M query rows a step; dq kernel the other
-# way round). Untuned first choices: nothing has been measured on a GPU yet (to tune on an H100).
-FWD_BLOCKS = {16: (64, 64), 32: (64, 64), 64: (64, 64), 128: (64, 64), 256: (64, 32)}
-BWD_BLOCKS = {16: (64, 64), 32: (64, 64), 64: (64, 64), 128: (64, 64), 256: (32, 32)}
+class Blocks(NamedTuple):
+    """A launch configuration: BLOCK_M query rows and BLOCK_N keys a tile, with Triton's warps and
+    software-pipeline stages."""
+    block_m: int
+    block_n: int
+    num_warps: int = 4
+    num_stages: int = 2
+
+
+# Launch configurations by padded head dim, for the forward and for the backward (dk/dv kernel:
+# BLOCK_N keys a program, BLOCK_M query rows a step; dq kernel the other way round).
+# Forward, H100 (2026-11-28, tools/tune_attention.py, bf16, 16K tokens, seqlen 4096), TFLOP/s
+# non-causal / causal, against compiled FlexAttention's 477 / 355 (d128) and 404 / 348 (d64):
+#   d128: 128 x 128, 8 warps, 3 stages 446 / 396; 128 x 64 x 8 x 3 433 / 383; 64 x 64 x 4 x 3 416 / 399
+#   d64:  128 x 64, 8 warps, 3 stages 426 / 378; 64 x 64 x 4 x 3 399 / 362
+# 4 stages of 128-key tiles at d128 need 272-288 KB of smem (227 KB a block). d16/d32 take d64's row
+# and d256 (head dims 192 and 256) its first guess: not measured yet.
+# Backward: 64 x 64, 4 warps, 2 stages was the best of 18 (d64 and d128) in a first sweep: 343 TFLOP/s
+# at d128 non-causal against Flex's 400 (x0.86): the backward's kernels are the next to tune.
+FWD_BLOCKS = {
+    16: Blocks(128, 64, 8, 3),
+    32: Blocks(128, 64, 8, 3),
+    64: Blocks(128, 64, 8, 3),
+    128: Blocks(128, 128, 8, 3),
+    256: Blocks(64, 32),
+}
+BWD_BLOCKS = {16: Blocks(64, 64), 32: Blocks(64, 64), 64: Blocks(64, 64), 128: Blocks(64, 64), 256: Blocks(32, 32)}
 
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
@@ -71,15 +104,16 @@ def _visible(rows, cols, seqlen_k, diagonal, left, right,
 
 
 @triton.jit
-def _scores(q, k, scale, softcap, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """(s, t): the (softcapped) scores in natural units, and t = tanh(scale qk / softcap) (or 0)."""
+def _scores(q, k, qk_scale, scale, softcap, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """(s, t): the (softcapped) scores in log2 units (natural ones times log2(e)), and
+    t = tanh(scale qk / softcap) (or 0). qk_scale = scale * log2(e): without softcap one multiply."""
     qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
     if SOFTCAP:
         t = _tanh(qk * (scale / softcap))
-        s = softcap * t
+        s = (softcap * t) * LOG2E
     else:
         t = qk * 0.0
-        s = qk * scale
+        s = qk * qk_scale
     return s, t
 
 
@@ -112,8 +146,8 @@ def _sequence(CU_Q, CU_K, b, heads_q, seqlen_q, seqlen_k, diagonal, VARLEN: tl.c
 
 
 @triton.jit
-def _query_block(CU_Q, CU_K, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim, VARLEN: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
+def _query_block(CU_Q, CU_K, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim: tl.constexpr,
+                 VARLEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
     """A query-block program's coordinates: its block, its head and the kv head of its GQA group,
     its rows and head-dim lanes and which of them exist, its sequence (_sequence: bq, bk, the
     offset of its lse / delta rows, seqlen_q, seqlen_k, diagonal); 64-bit offsets."""
@@ -130,26 +164,130 @@ def _query_block(CU_Q, CU_K, seqlen_q, seqlen_k, diagonal, heads_q, group, head_
 
 
 @triton.jit
-def _key_range(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
+def _align_down(x, BLOCK: tl.constexpr):
+    """x >= 0 rounded down to a multiple of BLOCK (negative x gives 0: no integer division of a
+    negative number, whose rounding differs between C and Python)."""
+    return (tl.maximum(x, 0) // BLOCK) * BLOCK
+
+
+@triton.jit
+def _align_up(x, BLOCK: tl.constexpr):
+    return ((tl.maximum(x, 0) + (BLOCK - 1)) // BLOCK) * BLOCK
+
+
+@triton.jit
+def _split(lo, full_lo, full_hi, hi, BLOCK: tl.constexpr):
+    """(lo, mid_lo, mid_hi, hi) with lo <= mid_lo <= mid_hi <= hi (mid_lo = mid_hi = hi when hi <= lo):
+    the tiles (BLOCK wide, starting at multiples of BLOCK) that [lo, hi) touches, cut into a masked
+    leading range [lo, mid_lo), the mask-free middle [mid_lo, mid_hi) and a masked trailing range
+    [mid_hi, hi). full_lo: the first index from which tiles are whole; full_hi, a multiple of BLOCK
+    or hi itself: where they stop. A range that is not empty starts at a multiple of BLOCK."""
+    lo = _align_down(lo, BLOCK)
+    mid_lo = tl.minimum(tl.maximum(_align_up(full_lo, BLOCK), lo), hi)
+    mid_hi = tl.maximum(tl.minimum(full_hi, hi), mid_lo)
+    return lo, mid_lo, mid_hi, hi
+
+
+@triton.jit
+def _key_tiles(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
                HAS_RIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
-    """[lo, hi): the keys the query block pid_m may see, lo rounded down to a key block."""
+    """(lo, mid_lo, mid_hi, hi): the keys [lo, hi) the query block pid_m may see (lo rounded down
+    to a key block), and the key blocks [mid_lo, mid_hi) that every row of it sees whole: all keys
+    < seqlen_k, and inside [i + diagonal - left, i + diagonal (+ right)] for each of its rows i.
+    Only rows < seqlen_q count: the rest are never stored, and their q (loaded as 0) gives finite
+    scores, so no NaN or inf enters (every row of a tile is independent)."""
     first = pid_m * BLOCK_M
     last = tl.minimum(first + BLOCK_M, seqlen_q) - 1
     lo = 0
     hi = seqlen_k
+    full_lo = 0  # the last row's first key
+    full_hi = seqlen_k  # one past the first row's last key
     if HAS_LEFT:
         lo = tl.maximum(first + diagonal - left, 0)
+        full_lo = last + diagonal - left
     if CAUSAL:
         hi = tl.minimum(hi, last + diagonal + 1)
+        full_hi = tl.minimum(full_hi, first + diagonal + 1)
     if HAS_RIGHT:
         hi = tl.minimum(hi, last + diagonal + right + 1)
-    return (lo // BLOCK_N) * BLOCK_N, hi
+        full_hi = tl.minimum(full_hi, first + diagonal + right + 1)
+    return _split(lo, full_lo, _align_down(full_hi, BLOCK_N), hi, BLOCK_N)
+
+
+@triton.jit
+def _query_tiles(pid_n, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
+                 HAS_RIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+    """(lo, mid_lo, mid_hi, hi): the query rows [lo, hi) that may see the key block pid_n (lo
+    rounded down to a row block), and the row blocks [mid_lo, mid_hi) each row of which sees every
+    key of the block. A block that runs past seqlen_k has none (its padded keys, never stored, are
+    kept out of exp2 that way too). Rows >= seqlen_q need no mask: their q, do, lse and delta are
+    loaded as 0, so p = exp2(0 - 0) = 1 and both p do and ds = p (do v - delta) are exactly 0."""
+    first = pid_n * BLOCK_N
+    last = tl.minimum(first + BLOCK_N, seqlen_k) - 1
+    lo = 0
+    hi = seqlen_q
+    full_lo = 0  # the first row that sees the block's last key
+    if CAUSAL:
+        lo = tl.maximum(first - diagonal, 0)
+        full_lo = last - diagonal
+    if HAS_RIGHT:
+        lo = tl.maximum(lo, first - diagonal - right)
+        full_lo = tl.maximum(full_lo, last - diagonal - right)
+    full_hi = hi
+    if HAS_LEFT:
+        hi = tl.minimum(hi, last - diagonal + left + 1)
+        # one past the last row that sees the block's first key; past seqlen_q: every row does
+        edge = first - diagonal + left + 1
+        full_hi = tl.where(edge >= seqlen_q, hi, _align_down(edge, BLOCK_M))
+    full_lo = tl.where(first + BLOCK_N > seqlen_k, hi, full_lo)
+    return _split(lo, full_lo, full_hi, hi, BLOCK_M)
+
+
+@triton.jit
+def _key_tile(start, seqlen_k, dim_ok, MASK: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A key tile's columns (int32, int64) and the mask of its k/v loads: the key edge only where
+    MASK is on (a mask-free tile lies wholly before seqlen_k)."""
+    cols = start + tl.arange(0, BLOCK_N)
+    if MASK:
+        kv_mask = (cols < seqlen_k)[:, None] & dim_ok[None, :]
+    else:
+        kv_mask = dim_ok[None, :]
+    return cols, cols.to(tl.int64), kv_mask
+
+
+@triton.jit
+def _fwd_tiles(acc, m_i, l_i, q, k_base, v_base, rows, dims, dim_ok, tile_lo, tile_hi, seqlen_k, sks, svs,
+               qk_scale, scale, softcap, diagonal, left, right, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+               HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+               BLOCK_N: tl.constexpr):  # fmt: skip
+    """The forward's online softmax over the key blocks [tile_lo, tile_hi): MASK on, the keys each
+    row may not see are masked out; off, every row sees every key of every block (none is past
+    seqlen_k), so no mask and no guard against a row max of -inf is needed."""
+    for start in range(tile_lo, tile_hi, BLOCK_N):
+        cols, cols64, kv_mask = _key_tile(start, seqlen_k, dim_ok, MASK, BLOCK_N)
+        k = tl.load(k_base + cols64[:, None] * sks + dims[None, :], mask=kv_mask, other=0.0)
+        s, t = _scores(q, k, qk_scale, scale, softcap, SOFTCAP, DOT_PRECISION)
+        if MASK:
+            ok = _visible(rows, cols, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT)
+            s = tl.where(ok, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw nothing yet: finite
+        else:
+            m_new = tl.maximum(m_i, tl.max(s, 1))  # finite: s is
+            shift = m_new
+        p = tl.exp2(s - shift[:, None])
+        alpha = tl.exp2(m_i - shift)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + cols64[:, None] * svs + dims[None, :], mask=kv_mask, other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        m_i = m_new
+    return acc, m_i, l_i
 
 
 @triton.jit
 def _fwd_kernel(
     Q, K, V, O, LSE, CU_Q, CU_K,
-    seqlen_q, seqlen_k, heads_q, group, head_dim,
+    seqlen_q, seqlen_k, heads_q, group, head_dim: tl.constexpr,
     sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sob, sos, soh,
     scale, softcap, diagonal, left, right,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
@@ -166,29 +304,25 @@ def _fwd_kernel(
                 mask=row_ok[:, None] & dim_ok[None, :], other=0.0)  # fmt: skip
     k_base = K + bk * skb + hk * skh
     v_base = V + bk * svb + hk * svh
+    qk_scale = scale * LOG2E
 
-    # The keys the block's rows may see: [lo, hi).
-    lo, hi = _key_range(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
+    # The keys the block's rows may see, [lo, hi): masked blocks [lo, mid_lo) and [mid_hi, hi)
+    # around the whole ones [mid_lo, mid_hi), taken in order.
+    lo, mid_lo, mid_hi, hi = _key_tiles(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT,
+                                        HAS_RIGHT, BLOCK_M, BLOCK_N)  # fmt: skip
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max, log2 units
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start in range(lo, hi, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        cols64 = cols.to(tl.int64)
-        kv_mask = (cols < seqlen_k)[:, None] & dim_ok[None, :]
-        k = tl.load(k_base + cols64[:, None] * sks + dims[None, :], mask=kv_mask, other=0.0)
-        s, t = _scores(q, k, scale, softcap, SOFTCAP, DOT_PRECISION)
-        ok = _visible(rows, cols, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT)
-        s = tl.where(ok, s * LOG2E, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)  # rows that saw nothing yet: finite
-        p = tl.exp2(s - shift[:, None])
-        alpha = tl.exp2(m_i - shift)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + cols64[:, None] * svs + dims[None, :], mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m_i = m_new
+    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_base, v_base, rows, dims, dim_ok, lo, mid_lo, seqlen_k, sks, svs,
+                               qk_scale, scale, softcap, diagonal, left, right, True, CAUSAL, HAS_LEFT, HAS_RIGHT,
+                               SOFTCAP, DOT_PRECISION, BLOCK_N)  # fmt: skip
+    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_base, v_base, rows, dims, dim_ok, mid_lo, mid_hi, seqlen_k, sks,
+                               svs, qk_scale, scale, softcap, diagonal, left, right, False, CAUSAL, HAS_LEFT,
+                               HAS_RIGHT, SOFTCAP, DOT_PRECISION, BLOCK_N)  # fmt: skip
+    acc, m_i, l_i = _fwd_tiles(acc, m_i, l_i, q, k_base, v_base, rows, dims, dim_ok, mid_hi, hi, seqlen_k, sks, svs,
+                               qk_scale, scale, softcap, diagonal, left, right, True, CAUSAL, HAS_LEFT, HAS_RIGHT,
+                               SOFTCAP, DOT_PRECISION, BLOCK_N)  # fmt: skip
 
     seen = l_i > 0.0
     out = acc / tl.where(seen, l_i, 1.0)[:, None]
@@ -200,7 +334,7 @@ def _fwd_kernel(
 
 @triton.jit
 def _bwd_delta_kernel(
-    O, DO, DELTA, seqlen_q, heads_q, head_dim, sob, sos, soh, sdb, sds, sdh,
+    O, DO, DELTA, seqlen_q, heads_q, head_dim: tl.constexpr, sob, sos, soh, sdb, sds, sdh,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     pid_m = tl.program_id(0)
@@ -218,16 +352,17 @@ def _bwd_delta_kernel(
 
 
 @triton.jit
-def _probs_and_dscores(q, k, v, do, lse, delta, rows, cols, seqlen_k, scale, softcap, diagonal, left, right,
-                       CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr,
-                       SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):  # fmt: skip
-    """(p, dqk) for a [BLOCK_M, BLOCK_N] tile: the probabilities and the gradient w.r.t. q . k."""
-    s, t = _scores(q, k, scale, softcap, SOFTCAP, DOT_PRECISION)
-    ok = _visible(rows, cols, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT)
-    # lse = -inf only for rows that see no key: every entry of theirs is masked to p = 0 below, and
-    # the finite stand-in keeps -inf - -inf (NaN) out of the exp.
-    lse2 = tl.where(lse == float("-inf"), 0.0, lse * LOG2E)
-    p = tl.where(ok, tl.exp2(s * LOG2E - lse2[:, None]), 0.0)
+def _probs_and_dscores(q, k, v, do, lse2, delta, rows, cols, seqlen_k, qk_scale, scale, softcap, diagonal, left,
+                       right, MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
+                       HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):  # fmt: skip
+    """(p, dqk) for a [BLOCK_M, BLOCK_N] tile: the probabilities and the gradient w.r.t. q . k.
+    lse2: lse in log2 units, 0 standing in for the -inf of rows that see no key (_lse2); MASK off:
+    every row of the tile sees every key of it (then no row of it has lse -inf)."""
+    s, t = _scores(q, k, qk_scale, scale, softcap, SOFTCAP, DOT_PRECISION)
+    p = tl.exp2(s - lse2[:, None])
+    if MASK:
+        ok = _visible(rows, cols, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT)
+        p = tl.where(ok, p, 0.0)
     dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
     ds = p * (dp - delta[:, None])
     if SOFTCAP:
@@ -238,9 +373,39 @@ def _probs_and_dscores(q, k, v, do, lse, delta, rows, cols, seqlen_k, scale, sof
 
 
 @triton.jit
+def _lse2(lse):
+    # lse = -inf only for rows that see no key: every entry of theirs is masked to p = 0, and the
+    # finite stand-in keeps -inf - -inf (NaN) out of the exp.
+    return tl.where(lse == float("-inf"), 0.0, lse * LOG2E)
+
+
+@triton.jit
+def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE, DELTA, stat_base, cols, dims, dim_ok, tile_lo, tile_hi,
+                seqlen_q, seqlen_k, sqs, sds, qk_scale, scale, softcap, diagonal, left, right, MASK: tl.constexpr,
+                CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+                DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr):  # fmt: skip
+    """dk, dv of one key block accumulated over the query rows [tile_lo, tile_hi) of one head."""
+    for start in range(tile_lo, tile_hi, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        rows64 = rows.to(tl.int64)
+        row_ok = rows < seqlen_q  # rows past seqlen_q load as 0 and add exactly 0 (_query_tiles)
+        mask = row_ok[:, None] & dim_ok[None, :]
+        q = tl.load(q_base + rows64[:, None] * sqs + dims[None, :], mask=mask, other=0.0)
+        do = tl.load(do_base + rows64[:, None] * sds + dims[None, :], mask=mask, other=0.0)
+        lse2 = _lse2(tl.load(LSE + stat_base + rows64, mask=row_ok, other=0.0))
+        delta = tl.load(DELTA + stat_base + rows64, mask=row_ok, other=0.0)
+        p, dqk = _probs_and_dscores(q, k, v, do, lse2, delta, rows, cols, seqlen_k, qk_scale, scale, softcap,
+                                    diagonal, left, right, MASK, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP,
+                                    DOT_PRECISION)  # fmt: skip
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=DOT_PRECISION)
+        dk += tl.dot(tl.trans(dqk.to(q.dtype)), q, input_precision=DOT_PRECISION)
+    return dk, dv
+
+
+@triton.jit
 def _bwd_dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K,
-    seqlen_q, seqlen_k, heads_kv, group, head_dim,
+    seqlen_q, seqlen_k, heads_kv, group, head_dim: tl.constexpr,
     sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdkb, sdks, sdkh,
     scale, softcap, diagonal, left, right,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
@@ -264,19 +429,12 @@ def _bwd_dkdv_kernel(
     kv_mask = (cols < seqlen_k)[:, None] & dim_ok[None, :]
     k = tl.load(K + bk * skb + hk * skh + cols64[:, None] * sks + dims[None, :], mask=kv_mask, other=0.0)
     v = tl.load(V + bk * svb + hk * svh + cols64[:, None] * svs + dims[None, :], mask=kv_mask, other=0.0)
+    qk_scale = scale * LOG2E
 
-    # The query rows that may see the block's keys: [lo, hi).
-    first = pid_n * BLOCK_N
-    last = tl.minimum(first + BLOCK_N, seqlen_k) - 1
-    lo = 0
-    hi = seqlen_q
-    if CAUSAL:
-        lo = tl.maximum(first - diagonal, 0)
-    if HAS_RIGHT:
-        lo = tl.maximum(lo, first - diagonal - right)
-    if HAS_LEFT:
-        hi = tl.minimum(hi, last - diagonal + left + 1)
-    lo = (lo // BLOCK_M) * BLOCK_M
+    # The query rows that may see the block's keys, [lo, hi): masked row blocks [lo, mid_lo) and
+    # [mid_hi, hi) around those that see all of them, [mid_lo, mid_hi).
+    lo, mid_lo, mid_hi, hi = _query_tiles(pid_n, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT,
+                                          HAS_RIGHT, BLOCK_M, BLOCK_N)  # fmt: skip
 
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
@@ -285,19 +443,15 @@ def _bwd_dkdv_kernel(
         q_base = Q + bq * sqb + h * sqh
         do_base = DO + bq * sdb + h * sdh
         stat_base = stat0 + h * stat_h
-        for start in range(lo, hi, BLOCK_M):
-            rows = start + tl.arange(0, BLOCK_M)
-            rows64 = rows.to(tl.int64)
-            row_ok = rows < seqlen_q
-            mask = row_ok[:, None] & dim_ok[None, :]
-            q = tl.load(q_base + rows64[:, None] * sqs + dims[None, :], mask=mask, other=0.0)
-            do = tl.load(do_base + rows64[:, None] * sds + dims[None, :], mask=mask, other=0.0)
-            lse = tl.load(LSE + stat_base + rows64, mask=row_ok, other=0.0)
-            delta = tl.load(DELTA + stat_base + rows64, mask=row_ok, other=0.0)
-            p, dqk = _probs_and_dscores(q, k, v, do, lse, delta, rows, cols, seqlen_k, scale, softcap, diagonal,
-                                        left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION)  # fmt: skip
-            dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=DOT_PRECISION)
-            dk += tl.dot(tl.trans(dqk.to(q.dtype)), q, input_precision=DOT_PRECISION)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE, DELTA, stat_base, cols, dims, dim_ok, lo, mid_lo,
+                             seqlen_q, seqlen_k, sqs, sds, qk_scale, scale, softcap, diagonal, left, right, True,
+                             CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION, BLOCK_M)  # fmt: skip
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE, DELTA, stat_base, cols, dims, dim_ok, mid_lo,
+                             mid_hi, seqlen_q, seqlen_k, sqs, sds, qk_scale, scale, softcap, diagonal, left, right,
+                             False, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION, BLOCK_M)  # fmt: skip
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE, DELTA, stat_base, cols, dims, dim_ok, mid_hi, hi,
+                             seqlen_q, seqlen_k, sqs, sds, qk_scale, scale, softcap, diagonal, left, right, True,
+                             CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION, BLOCK_M)  # fmt: skip
 
     out = bk * sdkb + hk * sdkh + cols64[:, None] * sdks + dims[None, :]
     tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=kv_mask)
@@ -305,13 +459,31 @@ def _bwd_dkdv_kernel(
 
 
 @triton.jit
+def _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, rows, dims, dim_ok, tile_lo, tile_hi, seqlen_k, sks, svs,
+              qk_scale, scale, softcap, diagonal, left, right, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+              HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
+              BLOCK_N: tl.constexpr):  # fmt: skip
+    """dq of one query block accumulated over the key blocks [tile_lo, tile_hi)."""
+    for start in range(tile_lo, tile_hi, BLOCK_N):
+        cols, cols64, kv_mask = _key_tile(start, seqlen_k, dim_ok, MASK, BLOCK_N)
+        k = tl.load(k_base + cols64[:, None] * sks + dims[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(v_base + cols64[:, None] * svs + dims[None, :], mask=kv_mask, other=0.0)
+        p, dqk = _probs_and_dscores(q, k, v, do, lse2, delta, rows, cols, seqlen_k, qk_scale, scale, softcap,
+                                    diagonal, left, right, MASK, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP,
+                                    DOT_PRECISION)  # fmt: skip
+        dq += tl.dot(dqk.to(k.dtype), k, input_precision=DOT_PRECISION)
+    return dq
+
+
+@triton.jit
 def _bwd_dq_kernel(
     Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K,
-    seqlen_q, seqlen_k, heads_q, group, head_dim,
+    seqlen_q, seqlen_k, heads_q, group, head_dim: tl.constexpr,
     sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdqb, sdqs, sdqh,
     scale, softcap, diagonal, left, right,
-    CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr = False,
+    CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    VARLEN: tl.constexpr = False,
 ):  # fmt: skip
     pid_m, h, hk, rows, rows64, dims, row_ok, dim_ok, bq, bk, stat, seqlen_q, seqlen_k, diagonal = _query_block(
         CU_Q, CU_K, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim, VARLEN, BLOCK_M, BLOCK_D)  # fmt: skip
@@ -321,23 +493,25 @@ def _bwd_dq_kernel(
     mask = row_ok[:, None] & dim_ok[None, :]
     q = tl.load(Q + bq * sqb + h * sqh + rows64[:, None] * sqs + dims[None, :], mask=mask, other=0.0)
     do = tl.load(DO + bq * sdb + h * sdh + rows64[:, None] * sds + dims[None, :], mask=mask, other=0.0)
-    lse = tl.load(LSE + stat + rows64, mask=row_ok, other=0.0)
+    lse2 = _lse2(tl.load(LSE + stat + rows64, mask=row_ok, other=0.0))
     delta = tl.load(DELTA + stat + rows64, mask=row_ok, other=0.0)
     k_base = K + bk * skb + hk * skh
     v_base = V + bk * svb + hk * svh
+    qk_scale = scale * LOG2E
 
-    lo, hi = _key_range(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, BLOCK_M, BLOCK_N)
+    lo, mid_lo, mid_hi, hi = _key_tiles(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT,
+                                        HAS_RIGHT, BLOCK_M, BLOCK_N)  # fmt: skip
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for start in range(lo, hi, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        cols64 = cols.to(tl.int64)
-        kv_mask = (cols < seqlen_k)[:, None] & dim_ok[None, :]
-        k = tl.load(k_base + cols64[:, None] * sks + dims[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_base + cols64[:, None] * svs + dims[None, :], mask=kv_mask, other=0.0)
-        p, dqk = _probs_and_dscores(q, k, v, do, lse, delta, rows, cols, seqlen_k, scale, softcap, diagonal,
-                                    left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION)  # fmt: skip
-        dq += tl.dot(dqk.to(k.dtype), k, input_precision=DOT_PRECISION)
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, rows, dims, dim_ok, lo, mid_lo, seqlen_k, sks, svs,
+                   qk_scale, scale, softcap, diagonal, left, right, True, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP,
+                   DOT_PRECISION, BLOCK_N)  # fmt: skip
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, rows, dims, dim_ok, mid_lo, mid_hi, seqlen_k, sks, svs,
+                   qk_scale, scale, softcap, diagonal, left, right, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP,
+                   DOT_PRECISION, BLOCK_N)  # fmt: skip
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, rows, dims, dim_ok, mid_hi, hi, seqlen_k, sks, svs,
+                   qk_scale, scale, softcap, diagonal, left, right, True, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP,
+                   DOT_PRECISION, BLOCK_N)  # fmt: skip
 
     tl.store(DQ + bq * sdqb + h * sdqh + rows64[:, None] * sdqs + dims[None, :], dq.to(DQ.dtype.element_ty),
              mask=mask)  # fmt: skip
@@ -364,11 +538,12 @@ def _scalars(scale, softcap, diagonal, left, right) -> tuple:
 
 
 def _config(q: torch.Tensor, table: dict, scale, causal, left, right, softcap, diagonal) -> tuple:
-    """(options, scalars): the kernels' constexprs with the block sizes from `table` by head dim,
-    and (scale, softcap, diagonal, left, right) as the kernels take them."""
+    """(options, scalars): the kernels' constexprs and launch options from `table` by head dim, and
+    (scale, softcap, diagonal, left, right) as the kernels take them."""
     block_d = _block_d(q.shape[-1])
-    block_m, block_n = table[block_d]
-    options = dict(_options(q, causal, left, right, softcap), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d)
+    blocks = Blocks(*table[block_d])
+    options = dict(_options(q, causal, left, right, softcap), BLOCK_M=blocks.block_m, BLOCK_N=blocks.block_n,
+                   BLOCK_D=block_d, num_warps=blocks.num_warps, num_stages=blocks.num_stages)  # fmt: skip
     return options, _scalars(scale, softcap, diagonal, left, right)
 
 
@@ -522,5 +697,5 @@ def attention_varlen_bwd(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_
     return dq, dk, dv
 
 
-__all__ = ["attention_fwd", "attention_bwd", "attention_varlen_fwd", "attention_varlen_bwd", "FWD_BLOCKS",
+__all__ = ["attention_fwd", "attention_bwd", "attention_varlen_fwd", "attention_varlen_bwd", "Blocks", "FWD_BLOCKS",
            "BWD_BLOCKS"]
