@@ -186,17 +186,18 @@ struct FwdPlan {
 };
 
 // Ring geometry: CTA size and rows in flight. ring.wreg.rows (kFwd.ring_rows_min, plan_table.h)
-// takes 256-thread CTAs with two rows each for rows whose weights sit in registers (16-bit x and
-// weights, no residual), up to 16 such CTAs; every other ring row 512-thread CTAs, 4 stages.
+// takes 256-thread CTAs with three (RMSNorm) or two ring stages for rows whose weights sit in
+// registers (16-bit x and weights, no residual), up to 16 such CTAs; every other ring row
+// 512-thread CTAs, 4 stages.
 struct RingRow {
   int max_threads, max_stages;
   bool rows;  // the ring.wreg.rows geometry
 };
-RingRow ring_row(int64_t cols, bool weights_in_registers, bool fast) {
+RingRow ring_row(int64_t cols, bool weights_in_registers, bool rms, bool fast) {
   const int min_cols = kFwd.ring_rows_min.at(fast);
   if (weights_in_registers && min_cols > 0 && cols >= min_cols &&
       cols <= int64_t{kMaxCluster} * kFwd.ring_rows_threads * kRingNV * 8 /* 16-bit values a chunk */)
-    return {kFwd.ring_rows_threads, kFwd.ring_rows_stages, true};
+    return {kFwd.ring_rows_threads, rms ? kFwd.ring_rows_stages_rms : kFwd.ring_rows_stages_ln, true};
   return {kFwd.ring_threads, kFwd.ring_stages, false};
 }
 
@@ -213,7 +214,7 @@ FwdPlan plan_ring(int64_t cols, bool res, bool res_f32, bool w_f32, int n_affine
   constexpr int VEC = 16 / sizeof(T);
   const int64_t chunks = cols / VEC;
   // ring.wreg.rows is for rows whose weights sit in registers (kWReg, below).
-  const RingRow row = ring_row(cols, sizeof(T) == 2 && !res && !w_f32 && n_affine > 0, fast_dram(dev.mem_gbps, dev.sms));
+  const RingRow row = ring_row(cols, sizeof(T) == 2 && !res && !w_f32 && n_affine > 0, rms, fast_dram(dev.mem_gbps, dev.sms));
   const int maxcpt = std::min(kRingNV, knob(Knob::FwdMaxcpt, kRingNV));  // 64 values (bf16) a thread
   const int maxthr = std::min(kMaxThreads, knob(Knob::FwdRthreads, row.max_threads));
   t.csize = static_cast<int>(cdiv(chunks, static_cast<int64_t>(maxthr) * maxcpt));

@@ -18,7 +18,7 @@
 //                    a cluster of 16384-column CTAs, wide_staged_reg_chunks of a thread's 8 chunks
 //                    of x in registers, the rest and the weights staged in smem
 //   ring.wreg.rows   16-bit x and weights, no residual, from ring_rows_min: ring of 256-thread CTAs,
-//                    two rows in flight each
+//                    two (LayerNorm) or three (RMSNorm) rows in flight each
 //   ring.wreg        ring kernel (the row in smem), weights in registers: no residual, 2+ stages fit
 //   ring.wsmem       ring kernel, weights staged once in smem (weights + 2 stages within 200 KB)
 //   ring.wl2         ring kernel, weights from L2 every row
@@ -102,7 +102,11 @@ struct FwdTable {
   // 92.1 / 92.9 (session 14); at 32K / 64K it lost 0.3-2 points. Not measured on the fast class.
   ByGpu ring_rows_min;
   int ring_threads, ring_stages;            // ring CTAs: up to 512 threads x 8 chunks, up to 4 stages
-  int ring_rows_threads, ring_rows_stages;  // ring.wreg.rows: 256 threads, 2 stages
+  // ring.wreg.rows' CTAs: 256 threads; ring stages for RMSNorm and LayerNorm. H100 (2026-11-28, six
+  // interleaved rounds, % of copy, 2 -> 3 stages, 96 KB a CTA, still two CTAs an SM): RMSNorm 128K
+  // 95.5-96.0 -> 95.9-96.2, 256K 95.0-95.3 -> 95.6-96.2; LayerNorm (two rounds) 128K 93.8-94.0 ->
+  // 92.4-92.8, 256K 94.7 -> 92.0-92.7: three for RMSNorm only.
+  int ring_rows_threads, ring_rows_stages_rms, ring_rows_stages_ln;
   // Ring smem budgets a CTA (bytes): weights in registers take one CTA an SM and the whole smem;
   // weights in smem share 200 KB with two stages; weights from L2 keep two CTAs an SM.
   int ring_budget_wreg, ring_budget_wsmem, ring_budget_wl2;
@@ -120,7 +124,7 @@ constexpr FwdTable kFwd = {
     /*ln_w32_split_above, w32_cta_cols*/ {0, 8192}, 4096,
     /*ring_rows_min*/ {131072, 0},
     /*ring_threads, ring_stages*/ 512, 4,
-    /*ring_rows_threads, ring_rows_stages*/ 256, 2,
+    /*ring_rows_threads, ring_rows_stages_rms, _ln*/ 256, 3, 2,
     /*ring budgets*/ 220 << 10, 200 << 10, 100 << 10,
 };
 
