@@ -33,7 +33,7 @@ DTYPES = [torch.float32, torch.float16, BF16]
 @pytest.fixture
 def small_blocks(monkeypatch):
     """16 x 16 blocks for every head dim: tiny sequences span several blocks."""
-    for table in (ta.FWD_BLOCKS, ta.BWD_BLOCKS):
+    for table in (ta.FWD_BLOCKS, ta.DKDV_BLOCKS, ta.DQ_BLOCKS):
         for key in list(table):
             monkeypatch.setitem(table, key, ta.Blocks(16, 16))
 
@@ -330,12 +330,21 @@ def test_mask_free_tiles_are_exact(causal, has_left, has_right, bm, bn, seed):
             assert set(parts[1]) == whole, f"{tag}; whole tiles {sorted(whole)}"
 
 
-@pytest.fixture(params=[(16, 16), (32, 16), (16, 32)], ids=lambda b: f"blocks{b[0]}x{b[1]}")
+BLOCK_SHAPES = [  # (forward, dk/dv, dq) tables
+    ((16, 16),) * 3,
+    ((32, 16),) * 3,
+    ((16, 32),) * 3,
+    ((16, 16), (16, 32), (32, 16)),  # the backward's kernels on different tiles (and delta on dq's BLOCK_M)
+]
+
+
+@pytest.fixture(params=BLOCK_SHAPES, ids=lambda b: "blocks" + "-".join(f"{m}x{n}" for m, n in b))
 def block_shapes(request, monkeypatch):
-    """BLOCK_M = BLOCK_N and BLOCK_M != BLOCK_N both ways, in the forward's and the backward's tables."""
-    for table in (ta.FWD_BLOCKS, ta.BWD_BLOCKS):
+    """BLOCK_M = BLOCK_N and BLOCK_M != BLOCK_N both ways, and the backward's two kernels on
+    different tiles."""
+    for table, blocks in zip((ta.FWD_BLOCKS, ta.DKDV_BLOCKS, ta.DQ_BLOCKS), request.param):
         for key in list(table):
-            monkeypatch.setitem(table, key, ta.Blocks(*request.param))
+            monkeypatch.setitem(table, key, ta.Blocks(*blocks))
 
 
 # Windows wide enough for whole tiles between masked ones in the same program (the narrow windows

@@ -1,8 +1,10 @@
-"""Sweep the Triton level's launch configurations (triton/attention.py FWD_BLOCKS / BWD_BLOCKS) on a GPU.
+"""Sweep the Triton level's launch configurations (FWD_BLOCKS, DKDV_BLOCKS, DQ_BLOCKS) on a GPU.
 
     python packages/kp-attention/tools/tune_attention.py [--head-dims 64,128] [--seqlens 4096]
-                                 [--dirs fwd,bwd] [--quick] [--out f.json]
+                                 [--dirs fwd,dkdv,dq] [--quick] [--out f.json]
 
+fwd times the forward; dkdv and dq time the whole backward (torch.autograd.grad) while only that
+kernel's table changes, the other kernel keeping its table's configuration.
 For each head dim, direction, seqlen and causal flag of bench_attention's shapes (16K tokens a batch,
 heads x head_dim = 2048, bf16), every candidate configuration is timed (kp_core.bench.do_bench) and
 checked against the first candidate's result, beside compiled FlexAttention and SDPA's flash backend
@@ -28,13 +30,22 @@ TOKENS, WIDTH = 16384, 2048
 def candidates(direction: str, head_dim: int, quick: bool) -> list:
     if direction == "fwd":
         ms, ns, warps, stages = (64, 128), (32, 64, 128), (4, 8), (2, 3, 4)
-    else:
+    elif direction == "dkdv":  # BLOCK_N keys a program, BLOCK_M query rows a step
         ms, ns, warps, stages = (32, 64, 128), (32, 64, 128), (4, 8), (1, 2, 3)
-    if quick:  # the shapes that won a first sweep (H100, 2026-11-28): no 32-wide tiles
-        ms, ns = tuple(m for m in ms if m > 32), tuple(n for n in ns if n > 32)
+    else:  # dq: BLOCK_M query rows a program, BLOCK_N keys a step
+        ms, ns, warps, stages = (32, 64, 128), (32, 64, 128), (4, 8), (1, 2, 3)
+    if quick:  # what a first sweep (H100, 2026-11-28) never picked: 32-wide program tiles, 1 stage
+        stages = tuple(st for st in stages if st > 1)
+        if direction == "dkdv":
+            ns = tuple(n for n in ns if n > 32)
+        else:
+            ms = tuple(m for m in ms if m > 32)
     if head_dim >= 192:
         ms, ns = tuple(m for m in ms if m <= 64) or (32,), tuple(n for n in ns if n <= 64) or (32,)
     return [ta.Blocks(m, n, w, s) for m, n, w, s in itertools.product(ms, ns, warps, stages)]
+
+
+TABLES = {"fwd": "FWD_BLOCKS", "dkdv": "DKDV_BLOCKS", "dq": "DQ_BLOCKS"}
 
 
 def _flex(causal, seqlen):
@@ -56,7 +67,7 @@ def _sdpa_flash(causal):
 
 
 def _time(direction, fn, q, k, v, do):
-    if direction == "fwd":
+    if direction == "fwd":  # dkdv and dq: the whole backward
         return bench.do_bench(lambda: fn(q, k, v), warmup=10, rep=40)
     o = fn(q, k, v)
     return bench.do_bench(lambda: torch.autograd.grad(o, (q, k, v), do, retain_graph=True), warmup=10, rep=40)
@@ -72,20 +83,22 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--head-dims", default="64,128")
     p.add_argument("--seqlens", default="4096")
-    p.add_argument("--dirs", default="fwd,bwd")
+    p.add_argument("--dirs", default="fwd,dkdv,dq")
+    p.add_argument("--causal", default="no,yes", help="no, yes or both (no,yes)")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     rows = []
     for direction, d, s, causal in itertools.product(args.dirs.split(","), map(int, args.head_dims.split(",")),
-                                                     map(int, args.seqlens.split(",")), (False, True)):  # fmt: skip
+                                                     map(int, args.seqlens.split(",")),
+                                                     [c == "yes" for c in args.causal.split(",")]):  # fmt: skip
         batch, heads = max(1, TOKENS // s), WIDTH // d
-        flops = 4 * batch * heads * s * s * d // (2 if causal else 1) * (2.5 if direction == "bwd" else 1)
-        grad = direction == "bwd"
+        grad = direction != "fwd"
+        flops = 4 * batch * heads * s * s * d // (2 if causal else 1) * (2.5 if grad else 1)
         q, k, v = (torch.randn(batch, s, heads, d, device="cuda", dtype=torch.bfloat16, requires_grad=grad)
                    for _ in range(3))  # fmt: skip
         do = torch.randn_like(q)
-        table = ta.FWD_BLOCKS if direction == "fwd" else ta.BWD_BLOCKS
+        table = getattr(ta, TABLES[direction])
         key = ta._block_d(d)
         saved = table[key]
         tag = f"{direction} d{d} s{s}{' causal' if causal else ''}"

@@ -60,8 +60,8 @@ class Blocks(NamedTuple):
 #   d64:  128 x 64, 8 warps, 3 stages 426 / 378; 64 x 64 x 4 x 3 399 / 362
 # 4 stages of 128-key tiles at d128 need 272-288 KB of smem (227 KB a block). d16/d32 take d64's row
 # and d256 (head dims 192 and 256) its first guess: not measured yet.
-# Backward: 64 x 64, 4 warps, 2 stages was the best of 18 (d64 and d128) in a first sweep: 343 TFLOP/s
-# at d128 non-causal against Flex's 400 (x0.86): the backward's kernels are the next to tune.
+# Backward: 64 x 64, 4 warps, 2 stages for both kernels was the best of 18 shared configurations
+# (d64 and d128) in a first sweep: 343 TFLOP/s at d128 non-causal against Flex's 400 (x0.86).
 FWD_BLOCKS = {
     16: Blocks(128, 64, 8, 3),
     32: Blocks(128, 64, 8, 3),
@@ -69,7 +69,11 @@ FWD_BLOCKS = {
     128: Blocks(128, 128, 8, 3),
     256: Blocks(64, 32),
 }
-BWD_BLOCKS = {16: Blocks(64, 64), 32: Blocks(64, 64), 64: Blocks(64, 64), 128: Blocks(64, 64), 256: Blocks(32, 32)}
+# The backward's two kernels, each its own table: dk/dv (BLOCK_N keys a program, BLOCK_M query rows
+# a step) and dq (BLOCK_M query rows a program, BLOCK_N keys a step); the delta kernel takes dq's
+# BLOCK_M. Both at the first sweep's shared best until they are swept apart.
+DKDV_BLOCKS = {16: Blocks(64, 64), 32: Blocks(64, 64), 64: Blocks(64, 64), 128: Blocks(64, 64), 256: Blocks(32, 32)}
+DQ_BLOCKS = {16: Blocks(64, 64), 32: Blocks(64, 64), 64: Blocks(64, 64), 128: Blocks(64, 64), 256: Blocks(32, 32)}
 
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
@@ -591,8 +595,9 @@ def attention_bwd(do, q, k, v, out, lse, scale, causal, left, right, softcap, di
         return dq.zero_(), dk.zero_(), dv.zero_()
     _check(do, q, k, v, out)
     lse = lse.contiguous()
-    options, scalars = _config(q, BWD_BLOCKS, scale, causal, left, right, softcap, diagonal)
-    block_m, block_n, block_d = options["BLOCK_M"], options["BLOCK_N"], options["BLOCK_D"]
+    dkdv, scalars = _config(q, DKDV_BLOCKS, scale, causal, left, right, softcap, diagonal)
+    dq_options, _ = _config(q, DQ_BLOCKS, scale, causal, left, right, softcap, diagonal)
+    block_m, block_d = dq_options["BLOCK_M"], dq_options["BLOCK_D"]
     delta = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
     strides = (
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
@@ -603,17 +608,17 @@ def attention_bwd(do, q, k, v, out, lse, scale, causal, left, right, softcap, di
             out, do, delta, seqlen_q, heads_q, head_dim, out.stride(0), out.stride(1), out.stride(2),
             do.stride(0), do.stride(1), do.stride(2), BLOCK_M=block_m, BLOCK_D=block_d,
         )  # fmt: skip
-        _bwd_dkdv_kernel[(triton.cdiv(seqlen_k, block_n), batch * heads_kv)](
+        _bwd_dkdv_kernel[(triton.cdiv(seqlen_k, dkdv["BLOCK_N"]), batch * heads_kv)](
             q, k, v, do, lse, delta, dk, dv, None, None,
             seqlen_q, seqlen_k, heads_kv, group, head_dim,
             *strides, dk.stride(0), dk.stride(1), dk.stride(2),
-            *scalars, **options,
+            *scalars, **dkdv,
         )  # fmt: skip
         _bwd_dq_kernel[(triton.cdiv(seqlen_q, block_m), batch * heads_q)](
             q, k, v, do, lse, delta, dq, None, None,
             seqlen_q, seqlen_k, heads_q, group, head_dim,
             *strides, dq.stride(0), dq.stride(1), dq.stride(2),
-            *scalars, **options,
+            *scalars, **dq_options,
         )  # fmt: skip
     return dq, dk, dv
 
@@ -674,8 +679,9 @@ def attention_varlen_bwd(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_
         return dq.zero_(), dk.zero_(), dv.zero_()
     _check(do, q, k, v, out)
     lse = lse.contiguous()
-    options, scalars = _config(q, BWD_BLOCKS, scale, causal, left, right, softcap, 0)  # diagonal: per sequence
-    block_m, block_n, block_d = options["BLOCK_M"], options["BLOCK_N"], options["BLOCK_D"]
+    dkdv, scalars = _config(q, DKDV_BLOCKS, scale, causal, left, right, softcap, 0)  # diagonal: per sequence
+    dq_options, _ = _config(q, DQ_BLOCKS, scale, causal, left, right, softcap, 0)
+    block_m, block_d = dq_options["BLOCK_M"], dq_options["BLOCK_D"]
     delta = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device)
     strides = _rows(q, k, v, do)
     with on_device_of(q):
@@ -684,18 +690,18 @@ def attention_varlen_bwd(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_
             out, do, delta, total_q, heads_q, head_dim, 0, out.stride(0), out.stride(1),
             0, do.stride(0), do.stride(1), BLOCK_M=block_m, BLOCK_D=block_d,
         )  # fmt: skip
-        _bwd_dkdv_kernel[(triton.cdiv(max_seqlen_k, block_n), batch * heads_kv)](
+        _bwd_dkdv_kernel[(triton.cdiv(max_seqlen_k, dkdv["BLOCK_N"]), batch * heads_kv)](
             q, k, v, do, lse, delta, dk, dv, cu_seqlens_q, cu_seqlens_k,
             total_q, total_k, heads_kv, group, head_dim, *strides, *_rows(dk),
-            *scalars, **options, VARLEN=True,
+            *scalars, **dkdv, VARLEN=True,
         )  # fmt: skip
         _bwd_dq_kernel[(triton.cdiv(max_seqlen_q, block_m), batch * heads_q)](
             q, k, v, do, lse, delta, dq, cu_seqlens_q, cu_seqlens_k,
             total_q, total_k, heads_q, group, head_dim, *strides, *_rows(dq),
-            *scalars, **options, VARLEN=True,
+            *scalars, **dq_options, VARLEN=True,
         )  # fmt: skip
     return dq, dk, dv
 
 
 __all__ = ["attention_fwd", "attention_bwd", "attention_varlen_fwd", "attention_varlen_bwd", "Blocks", "FWD_BLOCKS",
-           "BWD_BLOCKS"]
+           "DKDV_BLOCKS", "DQ_BLOCKS"]
