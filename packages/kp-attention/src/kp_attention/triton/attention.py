@@ -95,8 +95,19 @@ def _tanh(x):
 def _visible(rows, cols, seqlen_k, diagonal, left, right,
              CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):  # fmt: skip
     """[BLOCK_M, BLOCK_N] bool: key cols[j] exists and row rows[i] may see it."""
-    i = rows[:, None] + diagonal
-    j = cols[None, :]
+    return _visible_2d(rows[:, None] + diagonal, cols[None, :], seqlen_k, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT)
+
+
+@triton.jit
+def _visible_t(rows, cols, seqlen_k, diagonal, left, right,
+               CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):  # fmt: skip
+    """_visible transposed, [BLOCK_N, BLOCK_M]: for the dk/dv kernel, which works on s^T."""
+    return _visible_2d(rows[None, :] + diagonal, cols[:, None], seqlen_k, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT)
+
+
+@triton.jit
+def _visible_2d(i, j, seqlen_k, left, right, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr):
+    """i: a row's index plus the diagonal, j: a key's index, broadcast against each other."""
     ok = j < seqlen_k
     if CAUSAL:
         ok = ok & (j <= i)
@@ -108,10 +119,10 @@ def _visible(rows, cols, seqlen_k, diagonal, left, right,
 
 
 @triton.jit
-def _scores(q, k, qk_scale, scale, softcap, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """(s, t): the (softcapped) scores in log2 units (natural ones times log2(e)), and
-    t = tanh(scale qk / softcap) (or 0). qk_scale = scale * log2(e): without softcap one multiply."""
-    qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+def _scores(qk, qk_scale, scale, softcap, SOFTCAP: tl.constexpr):
+    """(s, t) of the products qk (q . k, either orientation): the (softcapped) scores in log2 units
+    (natural ones times log2(e)), and t = tanh(scale qk / softcap) (or 0). qk_scale = scale *
+    log2(e): without softcap one multiply."""
     if SOFTCAP:
         t = _tanh(qk * (scale / softcap))
         s = (softcap * t) * LOG2E
@@ -119,6 +130,15 @@ def _scores(q, k, qk_scale, scale, softcap, SOFTCAP: tl.constexpr, DOT_PRECISION
         t = qk * 0.0
         s = qk * qk_scale
     return s, t
+
+
+@triton.jit
+def _dscores(ds, t, scale, SOFTCAP: tl.constexpr):
+    """The gradient w.r.t. q . k from ds, the one w.r.t. the (softcapped) score: with t = tanh(scale
+    qk / softcap), s = softcap t, d s / d qk = scale (1 - t^2); scale without softcap."""
+    if SOFTCAP:
+        return ds * (scale * (1.0 - t * t))
+    return ds * scale
 
 
 @triton.jit
@@ -270,7 +290,7 @@ def _fwd_tiles(acc, m_i, l_i, q, k_base, v_base, rows, dims, dim_ok, tile_lo, ti
     for start in range(tile_lo, tile_hi, BLOCK_N):
         cols, cols64, kv_mask = _key_tile(start, seqlen_k, dim_ok, MASK, BLOCK_N)
         k = tl.load(k_base + cols64[:, None] * sks + dims[None, :], mask=kv_mask, other=0.0)
-        s, t = _scores(q, k, qk_scale, scale, softcap, SOFTCAP, DOT_PRECISION)
+        s, t = _scores(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION), qk_scale, scale, softcap, SOFTCAP)
         if MASK:
             ok = _visible(rows, cols, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT)
             s = tl.where(ok, s, float("-inf"))
@@ -362,18 +382,13 @@ def _probs_and_dscores(q, k, v, do, lse2, delta, rows, cols, seqlen_k, qk_scale,
     """(p, dqk) for a [BLOCK_M, BLOCK_N] tile: the probabilities and the gradient w.r.t. q . k.
     lse2: lse in log2 units, 0 standing in for the -inf of rows that see no key (_lse2); MASK off:
     every row of the tile sees every key of it (then no row of it has lse -inf)."""
-    s, t = _scores(q, k, qk_scale, scale, softcap, SOFTCAP, DOT_PRECISION)
+    s, t = _scores(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION), qk_scale, scale, softcap, SOFTCAP)
     p = tl.exp2(s - lse2[:, None])
     if MASK:
         ok = _visible(rows, cols, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT)
         p = tl.where(ok, p, 0.0)
     dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
-    ds = p * (dp - delta[:, None])
-    if SOFTCAP:
-        dqk = ds * (scale * (1.0 - t * t))
-    else:
-        dqk = ds * scale
-    return p, dqk
+    return p, _dscores(p * (dp - delta[:, None]), t, scale, SOFTCAP)
 
 
 @triton.jit
@@ -388,21 +403,30 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE, DELTA, stat_base, cols, dims
                 seqlen_q, seqlen_k, sqs, sds, qk_scale, scale, softcap, diagonal, left, right, MASK: tl.constexpr,
                 CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
                 DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr):  # fmt: skip
-    """dk, dv of one key block accumulated over the query rows [tile_lo, tile_hi) of one head."""
+    """dk, dv of one key block accumulated over the query rows [tile_lo, tile_hi) of one head.
+    The tile is worked on transposed, keys by rows (s^T = k q^T, p^T, dp^T = v do^T): the products
+    dv += p^T do and dk += ds^T q then take p^T and ds^T as they come out of registers, and only
+    loaded operands (q^T, do) are transposed, which the tensor cores read from shared memory either
+    way; the row-major form needed p and ds transposed in registers, a round trip through smem."""
     for start in range(tile_lo, tile_hi, BLOCK_M):
         rows = start + tl.arange(0, BLOCK_M)
         rows64 = rows.to(tl.int64)
         row_ok = rows < seqlen_q  # rows past seqlen_q load as 0 and add exactly 0 (_query_tiles)
-        mask = row_ok[:, None] & dim_ok[None, :]
-        q = tl.load(q_base + rows64[:, None] * sqs + dims[None, :], mask=mask, other=0.0)
-        do = tl.load(do_base + rows64[:, None] * sds + dims[None, :], mask=mask, other=0.0)
+        q_t = tl.load(q_base + rows64[None, :] * sqs + dims[:, None], mask=dim_ok[:, None] & row_ok[None, :],
+                      other=0.0)  # fmt: skip
+        do = tl.load(do_base + rows64[:, None] * sds + dims[None, :], mask=row_ok[:, None] & dim_ok[None, :],
+                     other=0.0)  # fmt: skip
         lse2 = _lse2(tl.load(LSE + stat_base + rows64, mask=row_ok, other=0.0))
         delta = tl.load(DELTA + stat_base + rows64, mask=row_ok, other=0.0)
-        p, dqk = _probs_and_dscores(q, k, v, do, lse2, delta, rows, cols, seqlen_k, qk_scale, scale, softcap,
-                                    diagonal, left, right, MASK, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP,
-                                    DOT_PRECISION)  # fmt: skip
-        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=DOT_PRECISION)
-        dk += tl.dot(tl.trans(dqk.to(q.dtype)), q, input_precision=DOT_PRECISION)
+        s_t, t_t = _scores(tl.dot(k, q_t, input_precision=DOT_PRECISION), qk_scale, scale, softcap, SOFTCAP)
+        p_t = tl.exp2(s_t - lse2[None, :])
+        if MASK:
+            ok = _visible_t(rows, cols, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT)
+            p_t = tl.where(ok, p_t, 0.0)
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
+        dqk_t = _dscores(p_t * (dp_t - delta[None, :]), t_t, scale, SOFTCAP)
+        dk += tl.dot(dqk_t.to(q_t.dtype), tl.trans(q_t), input_precision=DOT_PRECISION)
     return dk, dv
 
 
