@@ -74,6 +74,20 @@ def test_non_default_stream_and_second_device(seed):
         kt.assert_matches_oracle(out, want.double(), name=dev)
 
 
+def test_more_than_65535_sequences_times_heads(seed):
+    """batch x heads past a CUDA grid's second axis (65535): the kernels' grids are one axis."""
+    q, k, v = _qkv((4099, 4, 16, 64), (4099, 4, 8, 64), torch.bfloat16, "cuda", seed, grad=True)
+    do = kt.randn(q.shape, dtype=torch.bfloat16, device="cuda", seed=seed + 3)
+    out = kp_attention.flash_attn(q, k, v, causal=True)
+    got = torch.autograd.grad(out, (q, k, v), do)
+    q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
+    want = _sdpa(q64, k64, v64, True)  # seqlen_q = seqlen_k: torch's top-left causal is the same mask
+    ref = torch.autograd.grad(want, (q64, k64, v64), do.double())
+    kt.assert_matches_oracle(out, want, dtype=torch.bfloat16, name="out")
+    for name, g, r in zip("qkv", got, ref):
+        kt.assert_matches_oracle(g, r, dtype=torch.bfloat16, name=f"d{name}")
+
+
 @pytest.mark.large
 def test_more_than_2_to_the_31_elements(seed):
     """q of 2^31 + a little elements (64-bit offsets), one head dim, causal."""

@@ -170,13 +170,21 @@ def _sequence(CU_Q, CU_K, b, heads_q, seqlen_q, seqlen_k, diagonal, VARLEN: tl.c
 
 
 @triton.jit
-def _query_block(CU_Q, CU_K, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim: tl.constexpr,
+def _program(n_blocks):
+    """(block, batch x head) of this program in a 1-D grid of n_blocks x (batch x heads) programs,
+    blocks fastest (a head's blocks run side by side and share its k, v in L2). One axis because
+    a grid's second axis stops at 65535, which batch x heads passes (4096 sequences x 32 heads)."""
+    pid = tl.program_id(0)
+    return pid % n_blocks, (pid // n_blocks).to(tl.int64)
+
+
+@triton.jit
+def _query_block(CU_Q, CU_K, n_blocks, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim: tl.constexpr,
                  VARLEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
     """A query-block program's coordinates: its block, its head and the kv head of its GQA group,
     its rows and head-dim lanes and which of them exist, its sequence (_sequence: bq, bk, the
     offset of its lse / delta rows, seqlen_q, seqlen_k, diagonal); 64-bit offsets."""
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
+    pid_m, bh = _program(n_blocks)
     b = bh // heads_q
     h = bh % heads_q
     bq, bk, stat0, stat_h, seqlen_q, seqlen_k, diagonal = _sequence(CU_Q, CU_K, b, heads_q, seqlen_q, seqlen_k,
@@ -310,7 +318,7 @@ def _fwd_tiles(acc, m_i, l_i, q, k_base, v_base, rows, dims, dim_ok, tile_lo, ti
 
 @triton.jit
 def _fwd_kernel(
-    Q, K, V, O, LSE, CU_Q, CU_K,
+    Q, K, V, O, LSE, CU_Q, CU_K, n_blocks,
     seqlen_q, seqlen_k, heads_q, group, head_dim: tl.constexpr,
     sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sob, sos, soh,
     scale, softcap, diagonal, left, right,
@@ -319,7 +327,8 @@ def _fwd_kernel(
     VARLEN: tl.constexpr = False,
 ):  # fmt: skip
     pid_m, h, hk, rows, rows64, dims, row_ok, dim_ok, bq, bk, stat, seqlen_q, seqlen_k, diagonal = _query_block(
-        CU_Q, CU_K, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim, VARLEN, BLOCK_M, BLOCK_D)  # fmt: skip
+        CU_Q, CU_K, n_blocks, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim, VARLEN, BLOCK_M,
+        BLOCK_D)  # fmt: skip
     if VARLEN:
         if pid_m * BLOCK_M >= seqlen_q:  # the grid covers max_seqlen_q: past this sequence's end
             return
@@ -358,11 +367,10 @@ def _fwd_kernel(
 
 @triton.jit
 def _bwd_delta_kernel(
-    O, DO, DELTA, seqlen_q, heads_q, head_dim: tl.constexpr, sob, sos, soh, sdb, sds, sdh,
+    O, DO, DELTA, n_blocks, seqlen_q, heads_q, head_dim: tl.constexpr, sob, sos, soh, sdb, sds, sdh,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    pid_m = tl.program_id(0)
-    bh = tl.program_id(1).to(tl.int64)
+    pid_m, bh = _program(n_blocks)
     b = bh // heads_q
     h = bh % heads_q
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -432,7 +440,7 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE, DELTA, stat_base, cols, dims
 
 @triton.jit
 def _bwd_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K,
+    Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, n_blocks,
     seqlen_q, seqlen_k, heads_kv, group, head_dim: tl.constexpr,
     sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdkb, sdks, sdkh,
     scale, softcap, diagonal, left, right,
@@ -440,8 +448,7 @@ def _bwd_dkdv_kernel(
     DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     VARLEN: tl.constexpr = False,
 ):  # fmt: skip
-    pid_n = tl.program_id(0)
-    bhk = tl.program_id(1).to(tl.int64)
+    pid_n, bhk = _program(n_blocks)
     b = bhk // heads_kv
     hk = bhk % heads_kv
     heads_q = heads_kv * group
@@ -505,7 +512,7 @@ def _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, rows, dims, dim_ok, tile_l
 
 @triton.jit
 def _bwd_dq_kernel(
-    Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K,
+    Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, n_blocks,
     seqlen_q, seqlen_k, heads_q, group, head_dim: tl.constexpr,
     sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdqb, sdqs, sdqh,
     scale, softcap, diagonal, left, right,
@@ -514,7 +521,8 @@ def _bwd_dq_kernel(
     VARLEN: tl.constexpr = False,
 ):  # fmt: skip
     pid_m, h, hk, rows, rows64, dims, row_ok, dim_ok, bq, bk, stat, seqlen_q, seqlen_k, diagonal = _query_block(
-        CU_Q, CU_K, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim, VARLEN, BLOCK_M, BLOCK_D)  # fmt: skip
+        CU_Q, CU_K, n_blocks, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim, VARLEN, BLOCK_M,
+        BLOCK_D)  # fmt: skip
     if VARLEN:
         if pid_m * BLOCK_M >= seqlen_q:  # the grid covers max_seqlen_q: past this sequence's end
             return
@@ -592,10 +600,10 @@ def attention_fwd(q, k, v, scale: float, causal: bool, left: int, right: int, so
         return out.zero_(), lse.fill_(float("-inf"))
     _check(q, k, v)
     options, scalars = _config(q, FWD_BLOCKS, scale, causal, left, right, softcap, diagonal)
-    grid = (triton.cdiv(seqlen_q, options["BLOCK_M"]), batch * heads_q)
+    n_blocks = triton.cdiv(seqlen_q, options["BLOCK_M"])
     with on_device_of(q):
-        _fwd_kernel[grid](
-            q, k, v, out, lse, None, None,
+        _fwd_kernel[(n_blocks * batch * heads_q,)](
+            q, k, v, out, lse, None, None, n_blocks,
             seqlen_q, seqlen_k, heads_q, heads_q // heads_kv, head_dim,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), out.stride(2),
@@ -628,18 +636,21 @@ def attention_bwd(do, q, k, v, out, lse, scale, causal, left, right, softcap, di
         v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
     )  # fmt: skip
     with on_device_of(q):
-        _bwd_delta_kernel[(triton.cdiv(seqlen_q, block_m), batch * heads_q)](
-            out, do, delta, seqlen_q, heads_q, head_dim, out.stride(0), out.stride(1), out.stride(2),
+        n_blocks = triton.cdiv(seqlen_q, block_m)
+        _bwd_delta_kernel[(n_blocks * batch * heads_q,)](
+            out, do, delta, n_blocks, seqlen_q, heads_q, head_dim, out.stride(0), out.stride(1), out.stride(2),
             do.stride(0), do.stride(1), do.stride(2), BLOCK_M=block_m, BLOCK_D=block_d,
         )  # fmt: skip
-        _bwd_dkdv_kernel[(triton.cdiv(seqlen_k, dkdv["BLOCK_N"]), batch * heads_kv)](
-            q, k, v, do, lse, delta, dk, dv, None, None,
+        n_blocks = triton.cdiv(seqlen_k, dkdv["BLOCK_N"])
+        _bwd_dkdv_kernel[(n_blocks * batch * heads_kv,)](
+            q, k, v, do, lse, delta, dk, dv, None, None, n_blocks,
             seqlen_q, seqlen_k, heads_kv, group, head_dim,
             *strides, dk.stride(0), dk.stride(1), dk.stride(2),
             *scalars, **dkdv,
         )  # fmt: skip
-        _bwd_dq_kernel[(triton.cdiv(seqlen_q, block_m), batch * heads_q)](
-            q, k, v, do, lse, delta, dq, None, None,
+        n_blocks = triton.cdiv(seqlen_q, block_m)
+        _bwd_dq_kernel[(n_blocks * batch * heads_q,)](
+            q, k, v, do, lse, delta, dq, None, None, n_blocks,
             seqlen_q, seqlen_k, heads_q, group, head_dim,
             *strides, dq.stride(0), dq.stride(1), dq.stride(2),
             *scalars, **dq_options,
@@ -648,7 +659,7 @@ def attention_bwd(do, q, k, v, out, lse, scale, causal, left, right, softcap, di
 
 
 # Packed sequences (varlen): the same kernels with VARLEN on. Each program reads its sequence's
-# first rows and lengths from cu_seqlens (axis 0 of the grid covers max_seqlen, a block past its
+# first rows and lengths from cu_seqlens (the grid's blocks cover max_seqlen, a block past its
 # sequence's end returns at once); the batch strides passed are the row strides (the kernels'
 # batch index is then the sequence's first row); lse and delta are [Hq, total_q].
 def _rows(*tensors: torch.Tensor) -> tuple:
@@ -676,10 +687,10 @@ def attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int,
         return out.zero_(), lse.fill_(float("-inf"))
     _check(q, k, v)
     options, scalars = _config(q, FWD_BLOCKS, scale, causal, left, right, softcap, 0)  # diagonal: per sequence
-    grid = (triton.cdiv(max_seqlen_q, options["BLOCK_M"]), batch * heads_q)
+    n_blocks = triton.cdiv(max_seqlen_q, options["BLOCK_M"])
     with on_device_of(q):
-        _fwd_kernel[grid](
-            q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k,
+        _fwd_kernel[(n_blocks * batch * heads_q,)](
+            q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, n_blocks,
             total_q, total_k, heads_q, heads_q // heads_kv, head_dim, *_rows(q, k, v, out),
             *scalars, **options, VARLEN=True,
         )  # fmt: skip
@@ -710,17 +721,20 @@ def attention_varlen_bwd(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_
     strides = _rows(q, k, v, do)
     with on_device_of(q):
         # delta needs no sequence: the packed rows as one batch entry give [Hq, total_q] directly
-        _bwd_delta_kernel[(triton.cdiv(total_q, block_m), heads_q)](
-            out, do, delta, total_q, heads_q, head_dim, 0, out.stride(0), out.stride(1),
+        n_blocks = triton.cdiv(total_q, block_m)
+        _bwd_delta_kernel[(n_blocks * heads_q,)](
+            out, do, delta, n_blocks, total_q, heads_q, head_dim, 0, out.stride(0), out.stride(1),
             0, do.stride(0), do.stride(1), BLOCK_M=block_m, BLOCK_D=block_d,
         )  # fmt: skip
-        _bwd_dkdv_kernel[(triton.cdiv(max_seqlen_k, dkdv["BLOCK_N"]), batch * heads_kv)](
-            q, k, v, do, lse, delta, dk, dv, cu_seqlens_q, cu_seqlens_k,
+        n_blocks = triton.cdiv(max_seqlen_k, dkdv["BLOCK_N"])
+        _bwd_dkdv_kernel[(n_blocks * batch * heads_kv,)](
+            q, k, v, do, lse, delta, dk, dv, cu_seqlens_q, cu_seqlens_k, n_blocks,
             total_q, total_k, heads_kv, group, head_dim, *strides, *_rows(dk),
             *scalars, **dkdv, VARLEN=True,
         )  # fmt: skip
-        _bwd_dq_kernel[(triton.cdiv(max_seqlen_q, block_m), batch * heads_q)](
-            q, k, v, do, lse, delta, dq, cu_seqlens_q, cu_seqlens_k,
+        n_blocks = triton.cdiv(max_seqlen_q, block_m)
+        _bwd_dq_kernel[(n_blocks * batch * heads_q,)](
+            q, k, v, do, lse, delta, dq, cu_seqlens_q, cu_seqlens_k, n_blocks,
             total_q, total_k, heads_q, group, head_dim, *strides, *_rows(dq),
             *scalars, **dq_options, VARLEN=True,
         )  # fmt: skip
