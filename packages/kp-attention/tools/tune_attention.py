@@ -31,7 +31,9 @@ def candidates(direction: str, head_dim: int, quick: bool) -> list:
     if direction == "fwd":
         ms, ns, warps, stages = (64, 128), (32, 64, 128), (4, 8), (2, 3, 4)
     elif direction == "dkdv":  # BLOCK_N keys a program, BLOCK_M query rows a step
-        ms, ns, warps, stages = (32, 64, 128), (32, 64, 128), (4, 8), (1, 2, 3)
+        # sm_90 SASS (offline, d128): 64 x 64 x 4 warps spills (181 LDL); 32 x 64 x 8 and 16 x 128 x 8
+        # do not (dk and dv accumulate in registers across the whole loop)
+        ms, ns, warps, stages = (16, 32, 64, 128), (32, 64, 128), (4, 8), (1, 2, 3)
     else:  # dq: BLOCK_M query rows a program, BLOCK_N keys a step
         ms, ns, warps, stages = (32, 64, 128), (32, 64, 128), (4, 8), (1, 2, 3)
     if quick:  # what a first sweep (H100, 2026-11-28) never picked: 32-wide program tiles, 1 stage
