@@ -1,7 +1,13 @@
-"""Run every kernel path of kp-attention's Triton level once, small, for compute-sanitizer
-(tools/gpu_check.sh sanitize): batched and packed, forward and backward, causal / windows /
-softcap, GQA, sequences that are not multiples of a block, empty sequences. Each call is checked
-against the reference level, so a sanitizer run also fails on wrong results."""
+"""Run every kernel path of kp-attention's Triton level and CUDA forward once, small, for
+compute-sanitizer (tools/gpu_check.sh sanitize): batched and packed, forward and backward (Triton),
+causal / windows / softcap, GQA, sequences that are not multiples of a block, empty sequences,
+rows that see no key; the CUDA forward at every head dim of its table, both dtypes. Each call is
+checked against the reference level, so a sanitizer run also fails on wrong results.
+
+    python sanitize_attention.py [triton|cuda]    (default: both levels)
+"""
+import sys
+
 import torch
 
 import kp_attention
@@ -12,8 +18,18 @@ def _check(got, want, what):
     assert err < 2e-2, (what, float(err))
 
 
-def main() -> None:
+def main(levels=("triton", "cuda")) -> None:
     g = torch.Generator(device="cuda").manual_seed(0)
+    if "triton" in levels:
+        triton_paths(g)
+    if "cuda" in levels:
+        cuda_forward(g)
+    torch.cuda.synchronize()
+    print("sanitize_attention: all paths ran:", ", ".join(levels))
+
+
+def triton_paths(g) -> None:
+    """The Triton level's forward and backward, batched and packed."""
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         for sq, sk, hq, hkv, d in [(77, 77, 4, 2, 64), (5, 130, 4, 1, 128), (130, 5, 2, 2, 96), (64, 64, 2, 2, 256)]:
             for opts in (dict(causal=True), dict(window=(7, 3)), dict(causal=True, window=(20, 0), softcap=5.0)):
@@ -32,9 +48,31 @@ def main() -> None:
         want = kp_attention.flash_attn_varlen(q, k, v, cu_q, cu_k, 57, 40, causal=True, backend="reference")
         _check(out, want, (dtype, "varlen"))
         out.float().sum().backward()
-    torch.cuda.synchronize()
-    print("sanitize_attention: all paths ran")
+
+
+def cuda_forward(g) -> None:
+    """The CUDA level's forward (csrc/fwd*.cu): both kernels (softcap off / on) of every head dim and
+    dtype, masked and mask-free key blocks, tails of both lengths, packed sequences with an empty one."""
+    cases = [(77, 130, dict(causal=True)), (130, 77, dict(causal=True)), (200, 200, dict(window=(50, 7))),
+             (1, 70, dict(softcap=5.0)), (65, 33, dict(causal=True, window=(20, 0), softcap=5.0))]  # fmt: skip
+    for dtype in (torch.bfloat16, torch.float16):
+        for d in (64, 96, 128, 192, 256):
+            for sq, sk, opts in cases:
+                q = torch.randn(2, sq, 4, d, device="cuda", dtype=dtype, generator=g)
+                k = torch.randn(2, sk, 2, d, device="cuda", dtype=dtype, generator=g)
+                v = torch.randn(2, sk, 2, d, device="cuda", dtype=dtype, generator=g)
+                out = kp_attention.flash_attn(q, k, v, backend="cuda", **opts)
+                want = kp_attention.flash_attn(q, k, v, backend="reference", **opts)
+                _check(out, want, ("cuda", dtype, d, sq, sk, opts))
+        cu_q = torch.tensor([0, 33, 33, 90, 99], dtype=torch.int32, device="cuda")
+        cu_k = torch.tensor([0, 40, 49, 49, 150], dtype=torch.int32, device="cuda")
+        q = torch.randn(99, 4, 128, device="cuda", dtype=dtype, generator=g)
+        k = torch.randn(150, 2, 128, device="cuda", dtype=dtype, generator=g)
+        v = torch.randn(150, 2, 128, device="cuda", dtype=dtype, generator=g)
+        out = kp_attention.flash_attn_varlen(q, k, v, cu_q, cu_k, 57, 101, causal=True, backend="cuda")
+        want = kp_attention.flash_attn_varlen(q, k, v, cu_q, cu_k, 57, 101, causal=True, backend="reference")
+        _check(out, want, ("cuda", dtype, "varlen"))
 
 
 if __name__ == "__main__":
-    main()
+    main(tuple(sys.argv[1:]) or ("triton", "cuda"))

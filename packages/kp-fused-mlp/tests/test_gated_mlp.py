@@ -491,24 +491,12 @@ def test_gated_epilogue_on_the_host(tmp_path):
     """tools/check_gated_epilogue.cu, built with nvcc and run on the CPU (no GPU): the register
     pairing the interleave relies on, and the epilogue's own code over whole problems (h and P bit
     for bit), for every row of the table."""
-    import importlib.util
     import pathlib
-    import shutil
-    import subprocess
 
-    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
-    spec = importlib.util.find_spec("cutlass_library")  # found, not imported (its import runs generators)
-    if not pathlib.Path(nvcc).exists() or spec is None:
-        pytest.skip("needs nvcc and the CUTLASS headers of the nvidia-cutlass wheel")
-    cutlass = pathlib.Path(list(spec.submodule_search_locations)[0]) / "source" / "include"
-    pkg = pathlib.Path(__file__).resolve().parents[1]
-    exe = tmp_path / "check_gated_epilogue"
-    subprocess.run([nvcc, "-std=c++17", "-arch=sm_90a", "--expt-relaxed-constexpr", "-I", str(pkg / "shared_cuda" / "include"),
-                    "-isystem", str(cutlass), "-I", str(pkg / "csrc"), str(pkg / "tools" / "check_gated_epilogue.cu"),
-                    "-o", str(exe)], check=True)  # fmt: skip
-    run = subprocess.run([str(exe)], capture_output=True, text=True)
-    assert run.returncode == 0 and "FAILED" not in run.stdout, run.stdout + run.stderr
-    assert run.stdout.count("epilogue ok") == len(GATED_ROWS), run.stdout
+    from kp_core.testing.host_checks import run_host_check
+
+    out = run_host_check(pathlib.Path(__file__).resolve().parents[1], "check_gated_epilogue", "sm_90a", tmp_path)
+    assert out.count("epilogue ok") == len(GATED_ROWS), out
 
 
 # ---- the cuda level's GEMM (GPU only) ------------------------------------------------------------

@@ -1,10 +1,222 @@
-"""kp-attention's CUDA level: not built yet. Its kernels (an sm80 kernel for every option, a
-Hopper forward with wgmma and TMA) are the next steps of issue 19; until then `supports` says so,
-so `auto` passes over this level and a forced backend="cuda" raises this sentence."""
+"""kp-attention's CUDA level: the forward kernels of `kp_attention._C` (csrc/fwd*.cu: FlashAttention-2
+style on mma.sync, cp.async and ldmatrix; sm_80 and newer), called with raw pointers (no libtorch).
+
+The level serves float16 and bfloat16 at head dims 64, 96, 128, 192 and 256; `supports` names
+anything else (fp32, other head dims: the Triton level pads those), so `auto` passes to Triton. Its
+backward is not native yet: attention_bwd / attention_varlen_bwd run the Triton level's kernels on
+the saved out and lse (the same contract), or the reference formula where triton is not installed.
+Inputs whose start or strides break cp.async's 16-byte rule are copied (contiguous) first.
+"""
 from __future__ import annotations
 
 from typing import Optional
 
+import torch
+from kp_core import dtypes, load_native
+from kp_core.op import triton_importable
+from kp_core.registry import current_stream
 
-def supports(forced: bool, device_type: str, device_index, *facts) -> Optional[str]:
-    return "kp-attention's CUDA level is not built yet (its kernels are still to come): use 'triton' or 'reference'"
+NATIVE = load_native("kp_attention")
+
+DTYPES = (torch.float16, torch.bfloat16)
+HEAD_DIMS = (64, 96, 128, 192, 256)  # csrc/fwd_tiles.h: one kernel row each
+_ALIGN = 16  # bytes: cp.async moves 16-byte packets
+
+
+def supports(forced: bool, device_type: str, device_index, dtype, head_dim) -> Optional[str]:
+    """None when the CUDA forward serves q/k/v of this device, dtype and head dim, else why not."""
+    if device_type != "cuda":
+        return f"the tensors are on {device_type}; the CUDA kernels need a CUDA device"
+    if dtype not in DTYPES:
+        return f"the CUDA forward takes float16 and bfloat16, not {dtype} (the Triton level serves it)"
+    if head_dim not in HEAD_DIMS:
+        return (f"the CUDA forward has kernels for head_dim {', '.join(map(str, HEAD_DIMS))}, not {head_dim} "
+                "(the Triton level pads it)")  # fmt: skip
+    if not NATIVE.loaded:
+        return NATIVE.error
+    return NATIVE.device_problem(device_index) or _device_problem(device_index, forced)
+
+
+# Where `auto` passes over this level although it could run. On Hopper the sm80-class forward
+# (mma.sync) is slower than the Triton level's (wgmma): H200, 2026-11-28, bf16, 16K tokens a
+# batch, seqlen 1K-16K, d64 / d128, causal and not, GQA 8:1: Triton x1.05-1.42 of it
+# (docs/benchmarks/h200/kp-attention-cuda-fwd-2026-11-28.md). So auto takes Triton there until the
+# Hopper kernel lands; backend="cuda" still runs it. Keyed by compute capability major.
+_AUTO_PASSES = {9: "on sm_90 the Triton level's forward (wgmma) is faster than the sm80-class CUDA forward "
+                   "(mma.sync): auto takes Triton; backend='cuda' forces this one"}  # fmt: skip
+
+_problems: dict = {}
+
+
+def _device_problem(index: int, forced: bool) -> Optional[str]:
+    key = (index, forced)
+    if key not in _problems:
+        why = NATIVE.module.fwd_device_problem(int(index)) or None
+        if why is None and not forced:
+            why = _AUTO_PASSES.get(torch.cuda.get_device_capability(index)[0])
+        _problems[key] = why
+    return _problems[key]
+
+
+def fwd_tiles() -> dict:
+    """The forward's tile of each head dim (csrc/fwd_tiles.h): {head_dim: {block_m, block_n, warps,
+    smem_bytes}}."""
+    return dict(NATIVE.module.fwd_tiles())
+
+
+def _strides(t: torch.Tensor) -> tuple:
+    """t's strides but the last, 0 where the size is 1 (any stride torch gives there is never used)."""
+    return tuple(s if n > 1 else 0 for n, s in zip(t.shape[:-1], t.stride()[:-1]))
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """t as cp.async reads it: a 16-byte aligned start and strides; else a contiguous copy (a fresh
+    allocation is aligned, and head_dim is a multiple of 32)."""
+    mult = _ALIGN // t.element_size()
+    if t.data_ptr() % _ALIGN or t.stride(-1) != 1 or any(s % mult for s in _strides(t)):
+        return t.clone(memory_format=torch.contiguous_format)
+    return t
+
+
+def _launch(q, k, v, out, lse, cu_q, cu_k, batch, seqlen_q, seqlen_k, total_q, scale, causal, left, right, softcap,
+            diagonal, batch_strides: bool) -> None:  # fmt: skip
+    q, k, v = (_aligned(t) for t in (q, k, v))
+    sq, sk, sv = (_strides(t) if batch_strides else (0, *_strides(t)) for t in (q, k, v))
+    index = q.device.index
+    NATIVE.module.attention_fwd(
+        q.data_ptr(), *sq, k.data_ptr(), *sk, v.data_ptr(), *sv, out.data_ptr(), lse.data_ptr(),
+        0 if cu_q is None else cu_q.data_ptr(), 0 if cu_k is None else cu_k.data_ptr(),
+        batch, seqlen_q, seqlen_k, total_q, q.shape[-2], k.shape[-2], q.shape[-1],
+        float(scale), bool(causal), int(left), int(right), float(softcap), int(diagonal), dtypes.code(q.dtype),
+        index, current_stream(index),
+    )  # fmt: skip
+
+
+def attention_fwd(q, k, v, scale: float, causal: bool, left: int, right: int, softcap: float, diagonal: int):
+    """The Triton level's contract (triton/attention.py attention_fwd): q [B, Sq, Hq, D], k and v
+    [B, Sk, Hkv, D] with stride(-1) == 1 and any other strides, one dtype (fp16, bf16). Returns out
+    [B, Sq, Hq, D] contiguous in q's dtype and lse fp32 [B, Hq, Sq], natural log; rows that see no
+    key: out 0, lse -inf."""
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    seqlen_k = k.shape[1]
+    out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    if seqlen_k == 0:  # no key at all: every row sees nothing
+        return out.zero_(), lse.fill_(float("-inf"))
+    _launch(q, k, v, out, lse, None, None, batch, seqlen_q, seqlen_k, 0, scale, causal, left, right, softcap, diagonal,
+            batch_strides=True)  # fmt: skip
+    return out, lse
+
+
+def attention_varlen_fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
+                         scale: float, causal: bool, left: int, right: int, softcap: float):  # fmt: skip
+    """The Triton level's varlen contract: q [total_q, Hq, D], k and v [total_k, Hkv, D], int32
+    offsets cu_seqlens_* [batch + 1] on q's device (checked by the caller), each sequence with its
+    own bottom-right diagonal len_k - len_q. Returns out [total_q, Hq, D] contiguous and lse fp32
+    [Hq, total_q]; a sequence with no key (or rows that see none): out 0, lse -inf."""
+    total_q, heads_q, head_dim = q.shape
+    batch = cu_seqlens_q.numel() - 1
+    out = torch.empty((total_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device)
+    if out.numel() == 0:
+        return out, lse
+    if k.shape[0] == 0 or max_seqlen_k == 0:  # no key at all: every row sees nothing
+        return out.zero_(), lse.fill_(float("-inf"))
+    cu_q, cu_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
+    _launch(q, k, v, out, lse, cu_q, cu_k, batch, max_seqlen_q, max_seqlen_k, total_q, scale, causal, left, right,
+            softcap, 0, batch_strides=False)  # fmt: skip
+    return out, lse
+
+
+def _backward_level():
+    """The module whose backward serves this level's forward: Triton's kernels, or the reference
+    formula without triton (the reference's backward reads the same saved out and lse)."""
+    if triton_importable():
+        from .triton import attention as level
+    else:
+        from . import reference as level
+    return level
+
+
+_bwd_problems: dict = {}
+
+
+def _bwd_problem(q) -> Optional[str]:
+    """None when the CUDA backward serves q's device and head dim (csrc/bwd_tiles.h: some rows need
+    more shared memory than sm_86 / sm_89 give a CTA), else why not; cached."""
+    key = (q.device.index, q.shape[-1])
+    if key not in _bwd_problems:
+        fn = getattr(NATIVE.module, "bwd_device_problem", None) if NATIVE.loaded else None
+        _bwd_problems[key] = ("the native module has no backward" if fn is None else
+                              fn(int(key[0]), int(key[1])) or None)  # fmt: skip
+    return _bwd_problems[key]
+
+
+def _deterministic(deterministic: Optional[bool]) -> bool:
+    """The dq path: deterministic=True runs the dq kernel (no atomics, bit-identical run to run),
+    False the fp32 atomics (FlashAttention-2's path, faster). None (the op does not pass the public
+    flag yet): torch.use_deterministic_algorithms decides."""
+    return torch.are_deterministic_algorithms_enabled() if deterministic is None else bool(deterministic)
+
+
+def _launch_bwd(do, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, batch, seqlen_q, seqlen_k, total_q, total_k, scale,
+                causal, left, right, softcap, diagonal, deterministic, batch_strides: bool) -> None:  # fmt: skip
+    q, k, v, do = (_aligned(t) for t in (q, k, v, do))
+    out, lse = out.contiguous(), lse.contiguous()
+    sq, sk, sv, sd = (_strides(t) if batch_strides else (0, *_strides(t)) for t in (q, k, v, do))
+    delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
+    dq_accum = None if deterministic else torch.empty(dq.shape, dtype=torch.float32, device=q.device)
+    index = q.device.index
+    NATIVE.module.attention_bwd(
+        q.data_ptr(), *sq, k.data_ptr(), *sk, v.data_ptr(), *sv, out.data_ptr(), do.data_ptr(), *sd,
+        lse.data_ptr(), delta.data_ptr(), 0 if dq_accum is None else dq_accum.data_ptr(),
+        dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+        0 if cu_q is None else cu_q.data_ptr(), 0 if cu_k is None else cu_k.data_ptr(),
+        batch, seqlen_q, seqlen_k, total_q, total_k, q.shape[-2], k.shape[-2], q.shape[-1],
+        float(scale), bool(causal), int(left), int(right), float(softcap), int(diagonal), dtypes.code(q.dtype),
+        index, current_stream(index),
+    )  # fmt: skip
+
+
+def attention_bwd(do, q, k, v, out, lse, scale, causal, left, right, softcap, diagonal,
+                  deterministic: Optional[bool] = None):  # fmt: skip
+    """(dq, dk, dv) of the CUDA forward (csrc/bwd*.cu), the Triton level's contract
+    (triton/attention.py attention_bwd): dq like q, dk and dv like k, contiguous, in q's dtype; dk,
+    dv summed over a GQA group; rows that see no key contribute nothing. Where the device lacks the
+    shared memory a head dim's kernels need, the Triton level's backward serves the call."""
+    if _bwd_problem(q) is not None:
+        return _backward_level().attention_bwd(do, q, k, v, out, lse, scale, causal, left, right, softcap, diagonal)
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    seqlen_k, heads_kv = k.shape[1], k.shape[2]
+    dq = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    dk = torch.empty((batch, seqlen_k, heads_kv, head_dim), dtype=q.dtype, device=q.device)
+    dv = torch.empty_like(dk)
+    if dq.numel() == 0 or dk.numel() == 0:  # no query row or no key: nothing flows anywhere
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    _launch_bwd(do, q, k, v, out, lse, dq, dk, dv, None, None, batch, seqlen_q, seqlen_k, 0, 0, scale, causal, left,
+                right, softcap, diagonal, _deterministic(deterministic), batch_strides=True)  # fmt: skip
+    return dq, dk, dv
+
+
+def attention_varlen_bwd(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int,
+                         scale: float, causal: bool, left: int, right: int, softcap: float,
+                         deterministic: Optional[bool] = None):  # fmt: skip
+    """(dq, dk, dv) of the CUDA varlen forward: dq [total_q, Hq, D], dk, dv [total_k, Hkv, D]
+    contiguous; keys no row sees (and sequences without queries) get 0."""
+    if _bwd_problem(q) is not None:
+        return _backward_level().attention_varlen_bwd(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                                      max_seqlen_k, scale, causal, left, right, softcap)  # fmt: skip
+    total_q, heads_q, head_dim = q.shape
+    total_k, heads_kv = k.shape[0], k.shape[1]
+    batch = cu_seqlens_q.numel() - 1
+    dq = torch.empty((total_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    dk = torch.empty((total_k, heads_kv, head_dim), dtype=q.dtype, device=q.device)
+    dv = torch.empty_like(dk)
+    if min(batch, total_q, total_k, max_seqlen_q, max_seqlen_k) <= 0:  # no query row or no key
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    cu_q, cu_k = cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous()
+    _launch_bwd(do, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, batch, max_seqlen_q, max_seqlen_k, total_q, total_k,
+                scale, causal, left, right, softcap, 0, _deterministic(deterministic), batch_strides=False)  # fmt: skip
+    return dq, dk, dv

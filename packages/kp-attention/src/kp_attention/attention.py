@@ -3,11 +3,13 @@ and scaled_dot_product_attention (a drop-in for torch's, where the options overl
 
 Built on kp_core.op (docs/adding-an-op.md): the levels, a forward and a backward op registered with
 torch.library (fakes and autograd, so torch.compile sees no graph break), the checks (every
-argument, before any work, with an error that names it) and the public functions. Levels: triton
-(triton/attention.py) and reference (reference.py: plain PyTorch); the CUDA level is not built yet
-(_cuda.py says so). flash_attn_varlen reads its offsets on the host to check them (one copy), so
-under torch.compile it breaks the graph there. Gradients through the returned lse are served by
-the reference formula (the kernels' backward takes d(out) only).
+argument, before any work, with an error that names it) and the public functions. Levels: cuda
+(_cuda.py: native forward kernels for fp16 / bf16 at head dims 64-256; its backward is the Triton
+level's), triton (triton/attention.py) and reference (reference.py: plain PyTorch); `auto` takes
+cuda where its `supports` serves the call, else triton on a GPU. flash_attn_varlen reads its
+offsets on the host to check them (one copy), so under torch.compile it breaks the graph there.
+Gradients through the returned lse are served by the reference formula (the kernels' backward
+takes d(out) only).
 """
 from __future__ import annotations
 

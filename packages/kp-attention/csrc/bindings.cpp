@@ -1,0 +1,61 @@
+// kp_attention._C: the pybind11 face of the kernels. Pointers and streams arrive as Python ints,
+// sizes and strides (in elements) as 64-bit ints (docs/architecture.md). No libtorch.
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+
+#include "fwd.h"
+#include "fwd_tiles.h"
+#include "kp/py_module.h"
+
+namespace py = pybind11;
+using kp::py_ptr;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "kp-attention native CUDA kernels (the sm80-class FlashAttention-2 style forward)";
+  kp::add_common(m, kp_attention::probe_kernel());
+
+  m.def(
+      "attention_fwd",
+      [](uintptr_t q, int64_t q_batch, int64_t q_row, int64_t q_head, uintptr_t k, int64_t k_batch, int64_t k_row,
+         int64_t k_head, uintptr_t v, int64_t v_batch, int64_t v_row, int64_t v_head, uintptr_t out, uintptr_t lse,
+         uintptr_t cu_q, uintptr_t cu_k, int64_t batch, int64_t seqlen_q, int64_t seqlen_k, int64_t total_q,
+         int64_t heads_q, int64_t heads_kv, int64_t head_dim, double scale, bool causal, int64_t left,
+         int64_t right, double softcap, int64_t diagonal, int dtype, int device, uintptr_t stream) {
+        kp_attention::FwdArgs a{py_ptr(q), py_ptr(k), py_ptr(v), py_ptr<void*>(out), py_ptr<float*>(lse),
+                                py_ptr<const int*>(cu_q), py_ptr<const int*>(cu_k),
+                                q_batch, q_row, q_head, k_batch, k_row, k_head, v_batch, v_row, v_head,
+                                batch, seqlen_q, seqlen_k, total_q, heads_q, heads_kv, head_dim,
+                                scale, causal, left, right, softcap, diagonal, dtype};
+        kp_attention::attention_fwd(a, device, kp::py_stream(stream));
+      },
+      py::arg("q"), py::arg("q_batch"), py::arg("q_row"), py::arg("q_head"), py::arg("k"), py::arg("k_batch"),
+      py::arg("k_row"), py::arg("k_head"), py::arg("v"), py::arg("v_batch"), py::arg("v_row"), py::arg("v_head"),
+      py::arg("out"), py::arg("lse"), py::arg("cu_q"), py::arg("cu_k"), py::arg("batch"), py::arg("seqlen_q"),
+      py::arg("seqlen_k"), py::arg("total_q"), py::arg("heads_q"), py::arg("heads_kv"), py::arg("head_dim"),
+      py::arg("scale"), py::arg("causal"), py::arg("left"), py::arg("right"), py::arg("softcap"),
+      py::arg("diagonal"), py::arg("dtype"), py::arg("device"), py::arg("stream"),
+      "out [.., heads_q, head_dim] (contiguous) and lse fp32 of softmax(scale q k^T) v over the keys each row sees. "
+      "Batched (cu_q = cu_k = 0): q [batch, seqlen_q, heads_q, d], k, v [batch, seqlen_k, heads_kv, d] at the "
+      "given (batch, row, head) strides, lse [batch, heads_q, seqlen_q]; varlen: [total, heads, d] rows with int32 "
+      "offsets cu_q / cu_k [batch + 1], seqlen_q / seqlen_k the longest sequences, lse [heads_q, total_q]. "
+      "causal: key j <= i + diagonal (varlen: len_k - len_q per sequence); window left / right (-1: unbounded); "
+      "softcap > 0: s = softcap tanh(scale q.k / softcap)");
+  m.def("fwd_device_problem", &kp_attention::fwd_device_problem, py::arg("device"),
+        "'' when the device can run the forward kernels (sm_80 or newer), else why not");
+  m.def(
+      "fwd_tiles",
+      [] {
+        py::dict out;
+        for (const kp_attention::FwdTile& t : kp_attention::kFwdTiles) {
+          py::dict row;
+          row["block_m"] = t.block_m;
+          row["block_n"] = t.block_n;
+          row["warps"] = t.warps;
+          row["smem_bytes"] = t.smem_bytes();
+          out[py::int_(t.head_dim)] = row;
+        }
+        return out;
+      },
+      "the forward's tile of each head dim (csrc/fwd_tiles.h): {head_dim: {block_m, block_n, warps, smem_bytes}}");
+}

@@ -1,0 +1,7 @@
+// The forward kernels of head dim 256, fp16 and bf16 (fwd_launch.cuh lists each dtype's 2).
+#include "fwd_launch.cuh"
+
+template void kp_attention::run_fwd<256, kp::kF16>(const kp_attention::FwdParams&, int, cudaStream_t);
+template const void* kp_attention::fwd_kernel_ptr<256, kp::kF16>();
+template void kp_attention::run_fwd<256, kp::kBF16>(const kp_attention::FwdParams&, int, cudaStream_t);
+template const void* kp_attention::fwd_kernel_ptr<256, kp::kBF16>();
