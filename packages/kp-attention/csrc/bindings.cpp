@@ -3,9 +3,11 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <string>
 
 #include "fwd.h"
 #include "fwd_tiles.h"
+#include "hopper_fwd.h"
 #include "kp/py_module.h"
 
 namespace py = pybind11;
@@ -43,6 +45,32 @@ PYBIND11_MODULE(_C, m) {
       "softcap > 0: s = softcap tanh(scale q.k / softcap)");
   m.def("fwd_device_problem", &kp_attention::fwd_device_problem, py::arg("device"),
         "'' when the device can run the forward kernels (sm_80 or newer), else why not");
+  m.def(
+      "fwd_kernel",
+      [](int device, int head_dim) { return std::string(kp_attention::fwd_kernel_name(device, head_dim)); },
+      py::arg("device"), py::arg("head_dim"),
+      "which forward kernel a call on this device at this head dim takes: 'sm90' (the Hopper TMA / wgmma "
+      "kernel, csrc/hopper_fwd.h) or 'sm80' (TMA's per-call stride rules aside)");
+  m.def("set_force_sm80_fwd", &kp_attention::set_force_sm80_fwd, py::arg("on"),
+        "True: every forward call takes the sm80 kernel (tests and benchmarks comparing the two; also "
+        "KP_ATTENTION_FWD_KERNEL=sm80 at import)");
+  m.def(
+      "hopper_fwd_tiles",
+      [] {
+        py::dict out;
+        for (const kp_attention::HopperTile& t : kp_attention::kHopperTiles) {
+          py::dict row;
+          row["block_m"] = t.block_m;
+          row["block_n"] = t.block_n;
+          row["stages"] = t.stages;
+          row["threads"] = t.threads();
+          row["smem_bytes"] = t.smem_bytes();
+          out[py::int_(t.head_dim)] = row;
+        }
+        return out;
+      },
+      "the Hopper forward's tile of each head dim (csrc/hopper_fwd.h): {head_dim: {block_m, block_n, stages, "
+      "threads, smem_bytes}}");
   m.def(
       "fwd_tiles",
       [] {

@@ -6,6 +6,7 @@
 
 #include "fwd.h"
 #include "fwd_tiles.h"
+#include "hopper_fwd.h"
 #include "kp/dtype.cuh"
 #include "kp/error.cuh"
 #include "kp/launch.cuh"
@@ -104,6 +105,25 @@ void attention_fwd(const FwdArgs& a, int device, cudaStream_t stream) {
   if (p.batch == 0 || p.seqlen_q == 0) return;  // no query row
   kp::DeviceGuard guard(device);
   const bool bf16 = a.dtype == kp::kBF16;
+  // Hopper (sm_90a in this build, an sm_90 device): the TMA / wgmma kernel at the head dims of its
+  // table (hopper_fwd.h: 64, 128); 96, 192, 256, and calls whose strides break TMA's rules
+  // (run_hopper_fwd returns false), take the sm80 kernel below.
+  if (hopper_fwd_available(device)) {
+    const HopperExtra x{a.total_q, a.heads_kv};
+    switch (a.head_dim) {
+      case 64:
+        if (bf16 ? run_hopper_fwd<64, kp::kBF16>(p, x, device, stream)
+                 : run_hopper_fwd<64, kp::kF16>(p, x, device, stream))
+          return;
+        break;
+      case 128:
+        if (bf16 ? run_hopper_fwd<128, kp::kBF16>(p, x, device, stream)
+                 : run_hopper_fwd<128, kp::kF16>(p, x, device, stream))
+          return;
+        break;
+      default: break;
+    }
+  }
   switch (a.head_dim) {
     case 64: return bf16 ? run_fwd<64, kp::kBF16>(p, device, stream) : run_fwd<64, kp::kF16>(p, device, stream);
     case 96: return bf16 ? run_fwd<96, kp::kBF16>(p, device, stream) : run_fwd<96, kp::kF16>(p, device, stream);

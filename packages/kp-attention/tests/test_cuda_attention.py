@@ -165,19 +165,25 @@ def test_native_checks_raise_before_any_launch(seed):
         mod.attention_fwd(q=q.data_ptr(), q_batch=0, q_row=128, q_head=64, **{**args, "dtype": 0})
 
 
+def _packed(lens_q, lens_k, head_dim, seed, hq=4, hkv=2):
+    """A varlen batch of these sequence lengths, bf16: (cu_q, cu_k, q, k, v), with the allocator
+    poisoned for the out and lse to come."""
+    cu_q = torch.tensor([0] + lens_q, dtype=torch.int32, device="cuda").cumsum(0, dtype=torch.int32)
+    cu_k = torch.tensor([0] + lens_k, dtype=torch.int32, device="cuda").cumsum(0, dtype=torch.int32)
+    q = kt.randn((sum(lens_q), hq, head_dim), dtype=torch.bfloat16, device="cuda", seed=seed)
+    k = kt.randn((sum(lens_k), hkv, head_dim), dtype=torch.bfloat16, device="cuda", seed=seed + 1)
+    v = kt.randn((sum(lens_k), hkv, head_dim), dtype=torch.bfloat16, device="cuda", seed=seed + 2)
+    kt.poison_allocator("cuda", [q.numel() * 2, 4 * hq * q.shape[0]])
+    return cu_q, cu_k, q, k, v
+
+
 @pytest.mark.parametrize("causal, window", [(False, (-1, -1)), (True, (-1, -1)), (False, (20, 3))])
 @pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_varlen_with_empty_sequences(head_dim, causal, window, seed):
     """Packed sequences of lengths that cross tiles, one with no query row, one with no key (its rows:
     0 and -inf); each sequence with its own bottom-right diagonal."""
     lens_q, lens_k = [5, 0, 130, 1, 333, 9], [7, 3, 130, 40, 200, 0]
-    cu_q = torch.tensor([0] + lens_q, dtype=torch.int32, device="cuda").cumsum(0, dtype=torch.int32)
-    cu_k = torch.tensor([0] + lens_k, dtype=torch.int32, device="cuda").cumsum(0, dtype=torch.int32)
-    hq, hkv = 4, 2
-    q = kt.randn((sum(lens_q), hq, head_dim), dtype=torch.bfloat16, device="cuda", seed=seed)
-    k = kt.randn((sum(lens_k), hkv, head_dim), dtype=torch.bfloat16, device="cuda", seed=seed + 1)
-    v = kt.randn((sum(lens_k), hkv, head_dim), dtype=torch.bfloat16, device="cuda", seed=seed + 2)
-    kt.poison_allocator("cuda", [q.numel() * 2, 4 * hq * q.shape[0]])
+    cu_q, cu_k, q, k, v = _packed(lens_q, lens_k, head_dim, seed)
     out, lse = kp_attention.flash_attn_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
                                               window=window, return_lse=True, backend="cuda")  # fmt: skip
     scale = head_dim**-0.5
@@ -191,15 +197,17 @@ def test_varlen_with_empty_sequences(head_dim, causal, window, seed):
 
 def test_auto_and_the_cuda_forward_with_the_triton_backward(seed, monkeypatch):
     """On a GPU with the extension loaded: auto resolves 16-bit calls at the kernels' head dims to
-    cuda (but on sm_90, where the Triton level's forward is faster, to triton) and the gradient runs
+    cuda (but on sm_90 at head dims without a Hopper kernel, where the Triton level's forward is
+    faster than the sm80-class one, to triton) and the gradient runs
     the Triton level's backward; fp32 and other head dims go to triton."""
     pytest.importorskip("triton")
     dev = torch.device("cuda", torch.cuda.current_device())
     assert _cuda.NATIVE.loaded, _cuda.NATIVE.error
-    auto = "triton" if torch.cuda.get_device_capability(dev)[0] in _cuda._AUTO_PASSES else "cuda"
+    passes = torch.cuda.get_device_capability(dev)[0] in _cuda._AUTO_PASSES
     for dtype in DTYPES:
         for d in HEAD_DIMS:
-            assert LEVELS.resolve(None, dev, dtype, d) == auto
+            auto = "triton" if passes and _cuda.fwd_kernel(dev.index, d) != "sm90" else "cuda"
+            assert LEVELS.resolve(None, dev, dtype, d) == auto, (dtype, d)
             assert LEVELS.resolve("cuda", dev, dtype, d) == "cuda"
     assert LEVELS.resolve(None, dev, torch.float32, 128) == "triton"
     assert LEVELS.resolve(None, dev, torch.bfloat16, 80) == "triton"

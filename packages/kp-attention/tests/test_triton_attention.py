@@ -28,12 +28,14 @@ BF16 = pytest.param(
     torch.bfloat16, marks=pytest.mark.skipif(not ON_GPU, reason="Triton's interpreter gets bf16 dots wrong")
 )
 DTYPES = [torch.float32, torch.float16, BF16]
+TABLES_16BIT = (ta.FWD_BLOCKS, ta.DKDV_BLOCKS, ta.DQ_BLOCKS)
+TABLES_FP32 = (ta.FWD_BLOCKS_FP32, ta.DKDV_BLOCKS_FP32, ta.DQ_BLOCKS_FP32)
 
 
 @pytest.fixture
 def small_blocks(monkeypatch):
-    """16 x 16 blocks for every head dim: tiny sequences span several blocks."""
-    for table in (ta.FWD_BLOCKS, ta.DKDV_BLOCKS, ta.DQ_BLOCKS):
+    """16 x 16 blocks for every head dim and dtype: tiny sequences span several blocks."""
+    for table in (*TABLES_16BIT, *TABLES_FP32):
         for key in list(table):
             monkeypatch.setitem(table, key, ta.Blocks(16, 16))
 
@@ -129,8 +131,10 @@ def test_explicit_diagonals(diagonal, causal, window, seed, small_blocks):
 
 
 def test_default_block_table_matches(seed):
-    """The shipped table (one block covers these sequences) gives what the 16 x 16 blocks give."""
-    for d in (16, 72):
+    """The shipped tables (one block covers these sequences) give what the 16 x 16 blocks give, in
+    fp32 too: its tiles take twice the smem (d72 pads to 128, whose 16-bit forward row would ask
+    384 KB in fp32)."""
+    for d in (16, 72, 256):
         q, k, v = _qkv(2, 21, 30, 4, 2, d, torch.float32, seed)
         do = kt.randn(q.shape, device=DEVICE, seed=seed + 3)
         _check(q, k, v, do, scale=d**-0.5, causal=True, window=(7, 0), softcap=2.0, tag=f"default blocks d={d}")
@@ -342,9 +346,10 @@ BLOCK_SHAPES = [  # (forward, dk/dv, dq) tables
 def block_shapes(request, monkeypatch):
     """BLOCK_M = BLOCK_N and BLOCK_M != BLOCK_N both ways, and the backward's two kernels on
     different tiles."""
-    for table, blocks in zip((ta.FWD_BLOCKS, ta.DKDV_BLOCKS, ta.DQ_BLOCKS), request.param):
-        for key in list(table):
-            monkeypatch.setitem(table, key, ta.Blocks(*blocks))
+    for tables in (TABLES_16BIT, TABLES_FP32):
+        for table, blocks in zip(tables, request.param):
+            for key in list(table):
+                monkeypatch.setitem(table, key, ta.Blocks(*blocks))
 
 
 # Windows wide enough for whole tiles between masked ones in the same program (the narrow windows

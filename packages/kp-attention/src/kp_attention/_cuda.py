@@ -1,5 +1,7 @@
-"""kp-attention's CUDA level: the forward kernels of `kp_attention._C` (csrc/fwd*.cu: FlashAttention-2
-style on mma.sync, cp.async and ldmatrix; sm_80 and newer), called with raw pointers (no libtorch).
+"""kp-attention's CUDA level: the forward kernels of `kp_attention._C`, called with raw pointers (no
+libtorch): on sm_90 at head dims 64 and 128 the Hopper kernel (csrc/hopper_fwd*: TMA, wgmma, warp
+specialization), elsewhere the FlashAttention-2 style kernel on mma.sync, cp.async and ldmatrix
+(csrc/fwd*.cu; sm_80 and newer).
 
 The level serves float16 and bfloat16 at head dims 64, 96, 128, 192 and 256; `supports` names
 anything else (fp32, other head dims: the Triton level pads those), so `auto` passes to Triton. Its
@@ -34,28 +36,36 @@ def supports(forced: bool, device_type: str, device_index, dtype, head_dim) -> O
                 "(the Triton level pads it)")  # fmt: skip
     if not NATIVE.loaded:
         return NATIVE.error
-    return NATIVE.device_problem(device_index) or _device_problem(device_index, forced)
+    return NATIVE.device_problem(device_index) or _device_problem(device_index, forced, head_dim)
 
 
-# Where `auto` passes over this level although it could run. On Hopper the sm80-class forward
-# (mma.sync) is slower than the Triton level's (wgmma): H200, 2026-11-28, bf16, 16K tokens a
-# batch, seqlen 1K-16K, d64 / d128, causal and not, GQA 8:1: Triton x1.05-1.42 of it
-# (docs/benchmarks/h200/kp-attention-cuda-fwd-2026-11-28.md). So auto takes Triton there until the
-# Hopper kernel lands; backend="cuda" still runs it. Keyed by compute capability major.
-_AUTO_PASSES = {9: "on sm_90 the Triton level's forward (wgmma) is faster than the sm80-class CUDA forward "
-                   "(mma.sync): auto takes Triton; backend='cuda' forces this one"}  # fmt: skip
+# Where `auto` passes over this level although it could run: on sm_90 at the head dims the Hopper
+# kernel (csrc/hopper_fwd.h: 64, 128) lacks, the sm80-class forward (mma.sync) runs, and the Triton
+# level's forward (wgmma) is faster than it: H200, 2026-11-28, bf16, 16K tokens a batch, seqlen
+# 1K-16K, causal and not: Triton x1.05-1.42 of it (docs/benchmarks/h200/kp-attention-cuda-fwd-2026-11-28.md).
+# So auto takes Triton there; backend="cuda" still runs it. Keyed by compute capability major.
+_AUTO_PASSES = {9: "on sm_90 at this head dim the CUDA forward is the sm80-class kernel (the Hopper kernel has "
+                   "head dims 64 and 128), slower than the Triton level's (wgmma): auto takes Triton; "
+                   "backend='cuda' forces it"}  # fmt: skip
 
 _problems: dict = {}
 
 
-def _device_problem(index: int, forced: bool) -> Optional[str]:
-    key = (index, forced)
+def _device_problem(index: int, forced: bool, head_dim: int) -> Optional[str]:
+    key = (index, forced, head_dim)
     if key not in _problems:
         why = NATIVE.module.fwd_device_problem(int(index)) or None
-        if why is None and not forced:
+        if why is None and not forced and fwd_kernel(index, head_dim) != "sm90":
             why = _AUTO_PASSES.get(torch.cuda.get_device_capability(index)[0])
         _problems[key] = why
     return _problems[key]
+
+
+def fwd_kernel(index: int, head_dim: int) -> str:
+    """Which forward kernel a call at this head dim takes on device `index`: "sm90" (the Hopper
+    kernel: TMA, wgmma, warp specialization) or "sm80" (mma.sync); calls whose strides break TMA's
+    rules take "sm80" too."""
+    return NATIVE.module.fwd_kernel(int(index), int(head_dim))
 
 
 def fwd_tiles() -> dict:

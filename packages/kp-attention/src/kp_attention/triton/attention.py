@@ -75,6 +75,17 @@ FWD_BLOCKS = {
 DKDV_BLOCKS = {16: Blocks(64, 64), 32: Blocks(64, 64), 64: Blocks(64, 64), 128: Blocks(64, 64), 256: Blocks(32, 32)}
 DQ_BLOCKS = {16: Blocks(64, 64), 32: Blocks(64, 64), 64: Blocks(64, 64), 128: Blocks(64, 64), 256: Blocks(32, 32)}
 
+# fp32 inputs: the tiles hold 4-byte elements, twice the smem of the 16-bit rows above (the
+# forward's 128 x 128 x 3 stages at d128 asked 384 KB of the 227 a block may have: H200, 2026-11-28).
+# Sized to fit, not tuned: fp32 attention is the accuracy path, not the fast one.
+FWD_BLOCKS_FP32 = {16: Blocks(64, 64), 32: Blocks(64, 64), 64: Blocks(64, 64), 128: Blocks(64, 64),
+                   256: Blocks(32, 32, 4, 1)}  # fmt: skip
+DKDV_BLOCKS_FP32 = {16: Blocks(32, 64), 32: Blocks(32, 64), 64: Blocks(32, 64), 128: Blocks(32, 64),
+                    256: Blocks(32, 32, 4, 1)}  # fmt: skip
+DQ_BLOCKS_FP32 = {16: Blocks(64, 32), 32: Blocks(64, 32), 64: Blocks(64, 32), 128: Blocks(64, 32),
+                  256: Blocks(32, 32, 4, 1)}  # fmt: skip
+_FP32_TABLES = {id(FWD_BLOCKS): FWD_BLOCKS_FP32, id(DKDV_BLOCKS): DKDV_BLOCKS_FP32, id(DQ_BLOCKS): DQ_BLOCKS_FP32}
+
 LOG2E: tl.constexpr = tl.constexpr(1.4426950408889634)
 LN2: tl.constexpr = tl.constexpr(0.6931471805599453)
 
@@ -586,6 +597,8 @@ def _config(q: torch.Tensor, table: dict, scale, causal, left, right, softcap, d
     """(options, scalars): the kernels' constexprs and launch options from `table` by head dim, and
     (scale, softcap, diagonal, left, right) as the kernels take them."""
     block_d = _block_d(q.shape[-1])
+    if q.element_size() == 4:
+        table = _FP32_TABLES.get(id(table), table)
     blocks = Blocks(*table[block_d])
     options = dict(_options(q, causal, left, right, softcap), BLOCK_M=blocks.block_m, BLOCK_N=blocks.block_n,
                    BLOCK_D=block_d, num_warps=blocks.num_warps, num_stages=blocks.num_stages)  # fmt: skip
@@ -751,4 +764,4 @@ def attention_varlen_bwd(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_
 
 
 __all__ = ["attention_fwd", "attention_bwd", "attention_varlen_fwd", "attention_varlen_bwd", "Blocks", "FWD_BLOCKS",
-           "DKDV_BLOCKS", "DQ_BLOCKS"]
+           "DKDV_BLOCKS", "DQ_BLOCKS", "FWD_BLOCKS_FP32", "DKDV_BLOCKS_FP32", "DQ_BLOCKS_FP32"]
