@@ -7,6 +7,9 @@ The level serves float16 and bfloat16 at head dims 64, 96, 128, 192 and 256; `su
 anything else (fp32, other head dims: the Triton level pads those), so `auto` passes to Triton. Its
 backward is not native yet: attention_bwd / attention_varlen_bwd run the Triton level's kernels on
 the saved out and lse (the same contract), or the reference formula where triton is not installed.
+They hold the native backward's calls too (csrc/bwd*, not built into the module yet: the kernels ran
+x0.6 of FlashAttention-2 on an H200 and wait in a branch of work); `_bwd_problem` sends every call
+to Triton until the module has `attention_bwd`.
 Inputs whose start or strides break cp.async's 16-byte rule are copied (contiguous) first.
 """
 from __future__ import annotations
