@@ -56,11 +56,8 @@ def test_dispatch_takes_the_hopper_kernel_on_sm90():
     assert sorted(mod.hopper_fwd_tiles()) == HOPPER_HEAD_DIMS
     for t in mod.hopper_fwd_tiles().values():
         assert t["smem_bytes"] <= 227 * 1024 and t["threads"] == 384
-    mod.set_force_sm80_fwd(True)
-    try:
+    with _cuda.force_sm80():
         assert mod.fwd_kernel(dev, 128) == "sm80"
-    finally:
-        mod.set_force_sm80_fwd(False)
     assert _on_hopper()
 
 
@@ -105,12 +102,8 @@ def test_sm80_kernel_agrees(head_dim, seed):
     """The same call through the forced sm80 kernel: both within the oracle's bounds, and close."""
     case = ("causal_gqa", 700, 900, 4, 2, True, (-1, -1), 0.0)
     q, k, v, out, lse = _check(head_dim, torch.bfloat16, case, seed)
-    mod = _cuda.NATIVE.module
-    mod.set_force_sm80_fwd(True)
-    try:
+    with _cuda.force_sm80():
         out80, lse80 = kp_attention.flash_attn(q, k, v, causal=True, return_lse=True, backend="cuda")
-    finally:
-        mod.set_force_sm80_fwd(False)
     fin = torch.isfinite(lse)
     assert torch.equal(fin, torch.isfinite(lse80))
     assert (lse[fin] - lse80[fin]).abs().max() < 1e-3

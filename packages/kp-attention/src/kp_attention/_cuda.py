@@ -1,15 +1,18 @@
-"""kp-attention's CUDA level: the forward kernels of `kp_attention._C`, called with raw pointers (no
-libtorch): on sm_90 at head dims 64 and 128 the Hopper kernel (csrc/hopper_fwd*: TMA, wgmma, warp
-specialization), elsewhere the FlashAttention-2 style kernel on mma.sync, cp.async and ldmatrix
-(csrc/fwd*.cu; sm_80 and newer).
+"""kp-attention's CUDA level: the kernels of `kp_attention._C`, called with raw pointers (no
+libtorch). Forward: on sm_90 at head dims 64 and 128 the Hopper kernel (csrc/hopper_fwd*: TMA,
+wgmma, warp specialization), elsewhere the FlashAttention-2 style kernel on mma.sync, cp.async and
+ldmatrix (csrc/fwd*.cu; sm_80 and newer). Backward likewise: the Hopper backward (csrc/hopper_bwd*)
+on sm_90 at head dims 64 and 128 with atomic dQ, the sm80-class one otherwise. `force_sm80()` sends
+both directions to the sm80-class kernels (tests, benchmarks).
 
 The level serves float16 and bfloat16 at head dims 64, 96, 128, 192 and 256; `supports` names
 anything else (fp32, other head dims: the Triton level pads those), so `auto` passes to Triton. Its
-backward is not native yet: attention_bwd / attention_varlen_bwd run the Triton level's kernels on
-the saved out and lse (the same contract), or the reference formula where triton is not installed.
-They hold the native backward's calls too (csrc/bwd*, not built into the module yet: the kernels ran
-x0.6 of FlashAttention-2 on an H200 and wait in a branch of work); `_bwd_problem` sends every call
-to Triton until the module has `attention_bwd`.
+backward is native too: attention_bwd / attention_varlen_bwd run the sm80-class FlashAttention-2
+style backward (csrc/bwd*.cu: mma.sync, cp.async, ldmatrix; after either forward) on the saved out
+and lse (the Triton level's contract): dK, dV a key block per CTA with dQ by fp32 atomics, or the
+deterministic dq kernel (no atomics). `_bwd_problem` passes a call to the Triton level's backward
+(the reference formula where triton is not installed) where the module has no `attention_bwd` or
+the device lacks the shared memory a head dim's kernels need (d192, d256 on sm_86 / sm_89).
 Inputs whose start or strides break cp.async's 16-byte rule are copied (contiguous) first.
 """
 from __future__ import annotations
@@ -52,6 +55,22 @@ _AUTO_PASSES = {9: "on sm_90 at this head dim the CUDA forward is the sm80-class
                    "backend='cuda' forces it"}  # fmt: skip
 
 _problems: dict = {}
+
+
+class force_sm80:
+    """Context manager: every CUDA-level call inside takes the sm80-class kernels (forward and
+    backward), as on a GPU without the Hopper kernels; the dispatch caches that depend on it are
+    cleared on the way in and out."""
+
+    def __enter__(self):
+        NATIVE.module.set_force_sm80_fwd(True)
+        _problems.clear()
+        return self
+
+    def __exit__(self, *exc):
+        NATIVE.module.set_force_sm80_fwd(False)
+        _problems.clear()
+        return False
 
 
 def _device_problem(index: int, forced: bool, head_dim: int) -> Optional[str]:

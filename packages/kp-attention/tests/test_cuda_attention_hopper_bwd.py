@@ -1,0 +1,153 @@
+"""kp-attention's Hopper backward (csrc/hopper_bwd*: TMA, wgmma, warp specialization; sm_90a) on an
+H100 / H200: the dispatcher takes it at head dims 64 and 128 for the atomic dq path (the
+deterministic path and the other head dims keep the sm80-class kernels); dq, dk, dv match float64
+autograd of the reference within 2x torch's own error over shapes that run many query blocks
+through its shared-memory ring (stage wrap-around, the causal diagonal inside a key block, the GQA
+group loop, masked and mask-free blocks), varlen with key ends inside a block (the producer's
+cp.async path) and on block boundaries, packed QKV read in place; and the forced sm80-class
+backward agrees. The shared cases (test_cuda_attention_bwd.py) run through it too."""
+import pytest
+import torch
+from kp_core import testing as kt
+
+from kp_attention import _cuda
+
+from test_cuda_attention_bwd import _check, _level_bwd, _oracle, _poison, _qkv, _torch_grads
+
+pytestmark = pytest.mark.gpu
+
+HOPPER_HEAD_DIMS = [64, 128]
+
+# (name, seqlen_q, seqlen_k, heads_q, heads_kv, causal, window, softcap): block_m 64 query rows a
+# step, block_n 128 keys a CTA; lengths off any tile.
+LONG_CASES = [
+    ("long_causal_gqa", 1031, 1031, 8, 2, True, (-1, -1), 0.0),
+    ("long_plain", 777, 1500, 2, 2, False, (-1, -1), 0.0),
+    ("long_bottom_right", 1500, 777, 2, 1, True, (-1, -1), 0.0),  # rows 0..722 see nothing
+    ("long_window", 1200, 1200, 2, 2, False, (300, 40), 0.0),
+    ("long_window_causal", 1100, 1300, 4, 1, True, (257, 0), 0.0),
+    ("long_softcap", 900, 1000, 2, 2, True, (-1, -1), 20.0),
+    ("aligned_plain", 1024, 1024, 2, 2, False, (-1, -1), 0.0),  # every block mask-free
+    ("aligned_causal", 1024, 2048, 2, 2, True, (-1, -1), 0.0),
+]
+
+
+@pytest.fixture(autouse=True)
+def _hopper_only():
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the Hopper backward runs on sm_90 (H100, H200)")
+    assert _cuda.NATIVE.loaded, _cuda.NATIVE.error
+
+
+def test_dispatch_takes_the_hopper_backward_on_sm90():
+    mod, dev = _cuda.NATIVE.module, torch.cuda.current_device()
+    for d in HOPPER_HEAD_DIMS:
+        assert mod.bwd_kernel(dev, d) == "sm90"
+    for d in (96, 192, 256):
+        assert mod.bwd_kernel(dev, d) == "sm80", f"head_dim {d} has no Hopper tile"
+    assert sorted(mod.hopper_bwd_tiles()) == HOPPER_HEAD_DIMS
+    for t in mod.hopper_bwd_tiles().values():
+        assert t["smem_bytes"] <= 227 * 1024 and t["threads"] == 384
+    with _cuda.force_sm80():
+        assert mod.bwd_kernel(dev, 128) == "sm80"
+    assert mod.bwd_kernel(dev, 128) == "sm90"
+
+
+def _case(head_dim, dtype, case, seed, batch=1, deterministic=False):
+    _, sq, sk, hq, hkv, causal, window, softcap = case
+    q, k, v, do = _qkv(batch, sq, sk, hq, hkv, head_dim, dtype, seed)
+    opts = dict(scale=head_dim**-0.5, causal=causal, window=window, softcap=softcap, diagonal=sk - sq)
+    grads = _level_bwd(q, k, v, do, deterministic=deterministic, **opts)
+    _check(grads, _oracle(q, k, v, do, **opts), _torch_grads(q, k, v, do, **opts), dtype)
+    return (q, k, v, do, opts), grads
+
+
+@pytest.mark.parametrize("case", LONG_CASES, ids=[c[0] for c in LONG_CASES])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("head_dim", HOPPER_HEAD_DIMS)
+def test_many_query_blocks(head_dim, dtype, case, seed):
+    _case(head_dim, dtype, case, seed)
+
+
+@pytest.mark.parametrize("head_dim", HOPPER_HEAD_DIMS)
+def test_sm80_backward_agrees(head_dim, seed):
+    """The same call through the forced sm80-class backward: both within the oracle's bounds, and
+    close to each other."""
+    (q, k, v, do, opts), grads = _case(head_dim, torch.bfloat16, LONG_CASES[0], seed, batch=2)
+    with _cuda.force_sm80():
+        grads80 = _level_bwd(q, k, v, do, deterministic=False, **opts)
+    for name, a, b in zip(("dq", "dk", "dv"), grads, grads80):
+        assert (a.float() - b.float()).abs().max() <= 0.02 * b.float().abs().max(), name
+
+
+@pytest.mark.parametrize("head_dim", HOPPER_HEAD_DIMS)
+def test_packed_qkv_strides_read_in_place(head_dim, seed):
+    """q, k, v as slices of one projection and grad_output as a slice of a wider tensor: TMA reads
+    them in place; the same gradients (within fp32 atomic order) as contiguous copies."""
+    b, s, hq, hkv, d = 2, 403, 8, 2, head_dim
+    qkv = kt.randn((b, s, (hq + 2 * hkv) * d), dtype=torch.bfloat16, device="cuda", seed=seed)
+    q = qkv[..., : hq * d].view(b, s, hq, d)
+    k = qkv[..., hq * d : (hq + hkv) * d].view(b, s, hkv, d)
+    v = qkv[..., (hq + hkv) * d :].view(b, s, hkv, d)
+    wide = kt.randn((b, s, hq, 2 * d), dtype=torch.bfloat16, device="cuda", seed=seed + 5)
+    do = wide[..., d:]
+    assert _cuda._aligned(q) is q and _cuda._aligned(do) is do
+    opts = dict(scale=d**-0.5, causal=True, window=(-1, -1), softcap=0.0, diagonal=0)
+    strided = _level_bwd(q, k, v, do, deterministic=False, **opts)
+    dense = _level_bwd(q.contiguous(), k.contiguous(), v.contiguous(), do.contiguous(), deterministic=False, **opts)
+    for name, a, c in zip(("dq", "dk", "dv"), strided, dense):
+        assert (a.float() - c.float()).abs().max() <= 1e-2 * c.float().abs().max(), name
+    _check(strided, _oracle(q, k, v, do, **opts), _torch_grads(q, k, v, do, **opts), torch.bfloat16)
+
+
+@pytest.mark.parametrize("lens", ["ragged", "aligned"])
+@pytest.mark.parametrize("causal, window, softcap", [(False, (-1, -1), 0.0), (True, (-1, -1), 0.0),
+                                                      (False, (100, 7), 0.0), (True, (-1, -1), 10.0)])  # fmt: skip
+@pytest.mark.parametrize("head_dim", HOPPER_HEAD_DIMS)
+def test_varlen_key_ends_inside_and_on_blocks(head_dim, causal, window, softcap, lens, seed):
+    """Packed sequences: one without query rows (dk = dv = 0), one without keys (dq = 0), key ends
+    inside a block (ragged: cp.async, the last sequence's tail at the tensor's end) or on block
+    boundaries (aligned: TMA only); GQA."""
+    if lens == "ragged":
+        lens_q, lens_k = [5, 0, 130, 1, 333, 9, 700], [7, 3, 130, 40, 200, 0, 901]
+    else:
+        lens_q, lens_k = [128, 0, 256, 384, 64], [256, 128, 0, 512, 128]
+    cu_q = torch.tensor([0] + lens_q, dtype=torch.int32, device="cuda").cumsum(0, dtype=torch.int32)
+    cu_k = torch.tensor([0] + lens_k, dtype=torch.int32, device="cuda").cumsum(0, dtype=torch.int32)
+    hq, hkv, dtype = 4, 2, torch.bfloat16
+    q = kt.randn((sum(lens_q), hq, head_dim), dtype=dtype, device="cuda", seed=seed)
+    k = kt.randn((sum(lens_k), hkv, head_dim), dtype=dtype, device="cuda", seed=seed + 1)
+    v = kt.randn((sum(lens_k), hkv, head_dim), dtype=dtype, device="cuda", seed=seed + 2)
+    do = kt.randn((sum(lens_q), hq, head_dim), dtype=dtype, device="cuda", seed=seed + 3)
+    scale = head_dim**-0.5
+    out, lse = _cuda.attention_varlen_fwd(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), scale, causal, *window,
+                                          softcap)  # fmt: skip
+    _poison((q.shape, dtype), (k.shape, dtype), (k.shape, dtype), (q.shape, torch.float32))
+    grads = _cuda.attention_varlen_bwd(do, q, k, v, out, lse, cu_q, cu_k, max(lens_q), max(lens_k), scale, causal,
+                                       *window, softcap, deterministic=False)  # fmt: skip
+    want = [torch.zeros(t.shape, dtype=torch.float64, device="cuda") for t in (q, k, v)]
+    theirs = [torch.zeros(t.shape, dtype=dtype, device="cuda") for t in (q, k, v)]
+    for b in range(len(lens_q)):
+        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        if q1 == q0 or k1 == k0:
+            continue
+        opts = dict(scale=scale, causal=causal, window=window, softcap=softcap, diagonal=(k1 - k0) - (q1 - q0))
+        sl = (q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], do[None, q0:q1])
+        for acc, got in ((want, _oracle(*sl, **opts)), (theirs, _torch_grads(*sl, **opts))):
+            acc[0][q0:q1] += got[0][0]
+            acc[1][k0:k1] += got[1][0]
+            acc[2][k0:k1] += got[2][0]
+    _check(grads, want, theirs, dtype)
+    for i, (lq, lk) in enumerate(zip(lens_q, lens_k)):
+        if lq == 0 and lk > 0:
+            keys = slice(int(cu_k[i]), int(cu_k[i + 1]))
+            assert (grads[1][keys] == 0).all() and (grads[2][keys] == 0).all()
+        if lk == 0 and lq > 0:
+            assert (grads[0][int(cu_q[i]) : int(cu_q[i + 1])] == 0).all()
+
+
+@pytest.mark.parametrize("head_dim", HOPPER_HEAD_DIMS)
+def test_seqlen_4k_causal_and_not(head_dim, seed):
+    """The benchmark's length (seqlen 4096), GQA 4:1: 32 key blocks, 64 query blocks a head."""
+    for causal in (False, True):
+        _case(head_dim, torch.bfloat16, ("s4k", 4096, 4096, 4, 1, causal, (-1, -1), 0.0), seed)
