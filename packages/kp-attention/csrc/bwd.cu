@@ -1,7 +1,6 @@
 // The attention backward's launcher: every argument checked again (Python checked them first), the
 // call folded into the kernels' parameters; then delta (and dq_accum zeroed), the kernels of its
 // head dim and dtype (bwd_launch.cuh), and with atomics the conversion of dq_accum to dq.
-#include <cmath>
 #include <cstring>
 #include <cstdint>
 #include <string>
@@ -9,6 +8,7 @@
 #include "bwd.h"
 #include "bwd_rows.cuh"
 #include "bwd_tiles.h"
+#include "checks.h"
 #include "hopper_bwd.h"
 #include "kp/dtype.cuh"
 #include "kp/error.cuh"
@@ -17,83 +17,31 @@
 namespace kp_attention {
 namespace {
 
-constexpr int64_t kMaxInt = 0x7fffffff;
-constexpr int64_t kMaxDiagonal = int64_t{1} << 33;  // as fwd.cu: beyond it every row sees all or nothing
-
-std::string str(int64_t v) { return std::to_string(v); }
-
-void check_aligned(const char* name, const void* ptr, std::initializer_list<int64_t> strides) {
-  KP_CHECK_ARG(ptr != nullptr, std::string("kp_attention: ") + name + " is a null pointer");
-  KP_CHECK_ARG(reinterpret_cast<uintptr_t>(ptr) % 16 == 0,
-               std::string("kp_attention: ") + name + " must start at a 16-byte aligned address (cp.async)");
-  for (int64_t s : strides)
-    KP_CHECK_ARG(s % 8 == 0, std::string("kp_attention: ") + name + "'s strides must be multiples of 8 elements "
-                                 "(16 bytes, cp.async), got " + str(s));
-}
+using args::kMaxInt;
 
 void check(const BwdArgs& a) {
-  KP_CHECK_ARG(a.dtype == kp::kF16 || a.dtype == kp::kBF16,
-               std::string("kp_attention: the CUDA backward takes float16 and bfloat16, not ") +
-                   kp::dtype_name(a.dtype));
-  KP_CHECK_ARG(bwd_tile(static_cast<int>(a.head_dim)) != nullptr,
-               "kp_attention: the CUDA backward has kernels for head_dim 64, 96, 128, 192 and 256, not " +
-                   str(a.head_dim));
-  KP_CHECK_ARG(a.batch >= 0 && a.seqlen_q >= 0 && a.seqlen_k >= 0 && a.total_q >= 0 && a.total_k >= 0 &&
-                   a.heads_q > 0 && a.heads_kv > 0, "kp_attention: sizes must be >= 0 and heads > 0");
-  KP_CHECK_ARG(a.heads_q % a.heads_kv == 0, "kp_attention: heads_q (" + str(a.heads_q) +
-                                                ") must be a multiple of heads_kv (" + str(a.heads_kv) + ")");
-  KP_CHECK_ARG(a.seqlen_q <= kMaxInt && a.seqlen_k <= kMaxInt && a.total_q <= kMaxInt && a.total_k <= kMaxInt &&
-                   a.batch <= kMaxInt && a.heads_q <= kMaxInt,
-               "kp_attention: sequence lengths, batch and heads must be below 2^31");
-  KP_CHECK_ARG((a.cu_q == nullptr) == (a.cu_k == nullptr), "kp_attention: cu_seqlens_q and cu_seqlens_k go together");
-  KP_CHECK_ARG(a.left >= -1 && a.right >= -1, "kp_attention: window sides must be >= -1 (-1: unbounded)");
-  KP_CHECK_ARG(!(a.causal && a.right > 0), "kp_attention: causal=True sees no key right of the diagonal (right > 0)");
-  KP_CHECK_ARG(std::isfinite(a.scale) && std::isfinite(a.softcap) && a.softcap >= 0,
-               "kp_attention: scale must be finite and softcap finite and >= 0");
+  args::check_problem(a, "backward", bwd_tile(static_cast<int>(a.head_dim)) != nullptr, a.total_k);
   KP_CHECK_ARG(a.lse != nullptr && a.delta != nullptr && a.dq != nullptr && a.dk != nullptr && a.dv != nullptr,
                "kp_attention: lse, delta, dq, dk and dv must be allocated");
   KP_CHECK_ARG(reinterpret_cast<uintptr_t>(a.delta) % 16 == 0 && reinterpret_cast<uintptr_t>(a.dq_accum) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.dq) % 16 == 0 && reinterpret_cast<uintptr_t>(a.dk) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.dv) % 16 == 0,
                "kp_attention: delta, dq_accum, dq, dk and dv must be 16-byte aligned");
-  check_aligned("q", a.q, {a.q_batch, a.q_row, a.q_head});
-  check_aligned("k", a.k, {a.k_batch, a.k_row, a.k_head});
-  check_aligned("v", a.v, {a.v_batch, a.v_row, a.v_head});
-  check_aligned("out", a.out, {});
-  check_aligned("grad_output", a.dout, {a.do_batch, a.do_row, a.do_head});
+  args::check_qkv(a);
+  args::check_aligned("out", a.out, {});
+  args::check_aligned("grad_output", a.dout, {a.do_batch, a.do_row, a.do_head});
 }
 
 BwdParams params(const BwdArgs& a) {
   BwdParams p{};
-  p.q = a.q, p.k = a.k, p.v = a.v, p.dout = a.dout, p.lse = a.lse, p.delta = a.delta, p.dq_accum = a.dq_accum;
-  p.dq = a.dq, p.dk = a.dk, p.dv = a.dv, p.cu_q = a.cu_q, p.cu_k = a.cu_k;
-  p.q_batch = a.q_batch, p.q_row = a.q_row, p.q_head = a.q_head;
-  p.k_batch = a.k_batch, p.k_row = a.k_row, p.k_head = a.k_head;
-  p.v_batch = a.v_batch, p.v_row = a.v_row, p.v_head = a.v_head;
+  args::fold(a, p);  // as the forward: q, k, v, lse, the sizes, the options; o_*: dq's strides
+  p.dout = a.dout, p.delta = a.delta, p.dq_accum = a.dq_accum, p.dq = a.dq, p.dk = a.dk, p.dv = a.dv;
   p.do_batch = a.do_batch, p.do_row = a.do_row, p.do_head = a.do_head;
-  const bool varlen = a.cu_q != nullptr;
-  p.o_row = a.heads_q * a.head_dim;
-  p.o_batch = varlen ? 0 : a.seqlen_q * p.o_row;
   p.dk_row = a.heads_kv * a.head_dim;
-  p.dk_batch = varlen ? 0 : a.seqlen_k * p.dk_row;
-  p.lse_head = varlen ? a.total_q : a.seqlen_q;
-  p.lse_batch = varlen ? 0 : a.heads_q * a.seqlen_q;
-  p.seqlen_q = static_cast<int>(a.seqlen_q), p.seqlen_k = static_cast<int>(a.seqlen_k);
-  p.batch = static_cast<int>(a.batch), p.heads_q = static_cast<int>(a.heads_q);
+  p.dk_batch = a.cu_q != nullptr ? 0 : a.seqlen_k * p.dk_row;
   p.heads_kv = static_cast<int>(a.heads_kv);
-  p.group = static_cast<int>(a.heads_q / a.heads_kv);
-  p.diagonal = a.diagonal < -kMaxDiagonal ? -kMaxDiagonal : a.diagonal > kMaxDiagonal ? kMaxDiagonal : a.diagonal;
-  p.left = static_cast<int>(a.left > kMaxInt ? kMaxInt : a.left);
-  p.right = a.causal ? 0 : static_cast<int>(a.right > kMaxInt ? kMaxInt : a.right);
-  // As the forward (fwd.cu params): scores in exp2 units. The gradient of the score with respect
-  // to q.k is scale (times 1 - t^2 under softcap: d/dx softcap tanh(x scale / softcap)), applied
-  // to dK and dQ once at their stores.
-  constexpr double kLog2e = 1.4426950408889634;
-  p.softcap = a.softcap > 0;
-  p.negate = !p.softcap && a.scale < 0;
-  const double factor = p.softcap ? a.softcap * kLog2e : std::fabs(a.scale) * kLog2e;
-  p.factor = static_cast<float>(factor > 1e-30 ? factor : 1e-30);
-  p.tanh_scale = p.softcap ? static_cast<float>(a.scale / a.softcap) : 0.0f;
+  // The gradient of the score with respect to q.k is scale (times 1 - t^2 under softcap: d/dx
+  // softcap tanh(x scale / softcap)), applied to dK and dQ once at their stores.
   p.scale = static_cast<float>(a.scale);
   return p;
 }
@@ -126,8 +74,8 @@ void run(const BwdArgs& a, const BwdParams& p, int device, cudaStream_t stream) 
   // a TMA rule, and every deterministic call, takes the sm80-class kernels.
   if (a.dq_accum != nullptr && std::strcmp(bwd_kernel_name(device, static_cast<int>(a.head_dim)), "sm90") == 0) {
     bool done = false;
-    if (a.head_dim == 64) done = run_hopper_bwd<64, DType>(p, a.total_q, device, stream);
-    if (a.head_dim == 128) done = run_hopper_bwd<128, DType>(p, a.total_q, device, stream);
+    if (a.head_dim == 64) done = run_hopper_bwd<64, DType>(p, HopperBwdExtra{a.total_q, a.total_k, a.dkv_accum}, device, stream);
+    if (a.head_dim == 128) done = run_hopper_bwd<128, DType>(p, HopperBwdExtra{a.total_q, a.total_k, a.dkv_accum}, device, stream);
     if (done) return launch_rows<T2>(a, p, device, stream, true);
   }
   switch (a.head_dim) {

@@ -18,6 +18,7 @@ struct BwdArgs {
   const float* lse;
   float* delta;
   float* dq_accum;
+  float* dkv_accum;  // GQA with atomics: fp32 scratch of 2 dk's elements for the Hopper kernel's split, or nullptr
   void *dq, *dk, *dv;
   const int *cu_q, *cu_k;
   int64_t q_batch, q_row, q_head;

@@ -119,6 +119,36 @@ __device__ __forceinline__ void grad_row(S& s, DP& dp, C const& coords, int r, i
   }
 }
 
+// The fp32 accumulator of S or dP [block_m, block_n] in `mma`'s layout, zeroed.
+template <class Tr, class Mma>
+__device__ __forceinline__ auto scores_acc(Mma const& mma) {
+  using namespace cute;
+  Tensor acc = partition_fragment_C(mma, Shape<Int<Tr::kBlockM>, Int<Tr::kBlockN>>{});
+  clear(acc);
+  return acc;
+}
+
+// S (raw q.k) and dP of one block (rows m0.., keys n0..) in the layout of `thr` (this thread's
+// slice of their MMA) become P and dS in place: grad_row over this thread's rows. lse2_of(r, lr),
+// delta_of(r, lr): the row's lse (exp2 units) and delta, by fragment row r or block row lr.
+template <class Tr, bool kSoftcap, bool kMask, class Thr, class AccS, class AccDp, class Lse2, class Delta>
+__device__ __forceinline__ void grad_block(const BwdParams& p, Thr const& thr, AccS& acc_s, AccDp& acc_dp, int m0,
+                                           int n0, int seqlen_k, Band bd, Lse2 const& lse2_of,
+                                           Delta const& delta_of) {
+  using namespace cute;
+  Tensor c = thr.partition_C(make_identity_tensor(Shape<Int<Tr::kBlockM>, Int<Tr::kBlockN>>{}));
+  Tensor coords = make_tensor(c.data(), fwd::rows_cols(c.layout()));
+  Tensor s = make_tensor(acc_s.data(), fwd::rows_cols(acc_s.layout()));
+  Tensor dp = make_tensor(acc_dp.data(), fwd::rows_cols(acc_dp.layout()));
+  const float fs = p.negate ? -p.factor : p.factor;
+  CUTE_UNROLL
+  for (int r = 0; r < size<0>(s); ++r) {
+    const int lr = get<0>(coords(r, 0));
+    grad_row<kSoftcap, kMask>(s, dp, coords, r, m0 + lr, lse2_of(r, lr), delta_of(r, lr), n0, seqlen_k, bd, fs,
+                              p.tanh_scale);
+  }
+}
+
 // ------------------------------------------------------------------------------------------------
 // The main kernel.
 
@@ -157,27 +187,15 @@ template <class Tr, bool kSoftcap, bool kMask>
 __device__ __forceinline__ void step(const BwdParams& p, const Smem<Tr>& sm, int m0, int n0, int seqlen_k, Band bd) {
   using namespace cute;
   using T = typename Tr::T;
-  using Shp = Shape<Int<Tr::kBlockM>, Int<Tr::kBlockN>>;
   typename Tr::MmaSdp mma;
-  Tensor acc_s = partition_fragment_C(mma, Shp{});
-  Tensor acc_dp = partition_fragment_C(mma, Shp{});
-  clear(acc_s);
-  clear(acc_dp);
+  Tensor acc_s = scores_acc<Tr>(mma);
+  Tensor acc_dp = scores_acc<Tr>(mma);
   gemm_ss<typename Tr::MmaSdp, typename Tr::LdsmN, typename Tr::LdsmN>(acc_s, sm.q(), sm.q(), sm.k(), sm.k());
   gemm_ss<typename Tr::MmaSdp, typename Tr::LdsmN, typename Tr::LdsmN>(acc_dp, sm.dout(), sm.dout(), sm.v(), sm.v());
   const int tid = threadIdx.x;
-  auto thr = mma.get_slice(tid);
-  Tensor c = thr.partition_C(make_identity_tensor(Shp{}));
-  Tensor coords = make_tensor(c.data(), fwd::rows_cols(c.layout()));
-  Tensor s = make_tensor(acc_s.data(), fwd::rows_cols(acc_s.layout()));
-  Tensor dp = make_tensor(acc_dp.data(), fwd::rows_cols(acc_dp.layout()));
-  const float fs = p.negate ? -p.factor : p.factor;
-  CUTE_UNROLL
-  for (int r = 0; r < size<0>(s); ++r) {
-    const int lr = get<0>(coords(r, 0));
-    grad_row<kSoftcap, kMask>(s, dp, coords, r, m0 + lr, lse_exp2(sm.lse()[lr]), sm.delta()[lr], n0, seqlen_k, bd,
-                              fs, p.tanh_scale);
-  }
+  grad_block<Tr, kSoftcap, kMask>(
+      p, mma.get_slice(tid), acc_s, acc_dp, m0, n0, seqlen_k, bd,
+      [&](int, int lr) { return lse_exp2(sm.lse()[lr]); }, [&](int, int lr) { return sm.delta()[lr]; });
   Tensor p16 = fwd::to_16bit<T>(acc_s);
   Tensor ds16 = fwd::to_16bit<T>(acc_dp);
   auto r2s = make_tiled_copy_C(typename Tr::StoreC{}, mma);
@@ -186,28 +204,39 @@ __device__ __forceinline__ void step(const BwdParams& p, const Smem<Tr>& sm, int
   cute::copy(r2s, tr.retile_S(ds16), tr.partition_D(sm.ds()));
 }
 
-// dQ = dS K of one query block (dS, K from smem), added to dq_accum (fp32 atomics; the caller
-// scales once when converting).
-template <class Tr>
-__device__ __forceinline__ void dq_atomic(float* dst, int64_t row_stride, int rows, const Smem<Tr>& sm) {
+// f(a, coords, r, row) for each of this thread's rows r of an fp32 accumulator [R, C] in `Mma`'s
+// layout whose block row `row` is below `rows`; a: the accumulator as rows x columns, coords: the
+// (row, column) of each of its values.
+template <class Mma, int R, int C, class Acc, class F>
+__device__ __forceinline__ void each_row(Acc& acc, int rows, F const& f) {
   using namespace cute;
-  using Shp = Shape<Int<Tr::kBlockM>, Int<Tr::kHeadDim>>;
-  typename Tr::MmaDq mma;
-  Tensor acc = partition_fragment_C(mma, Shp{});
-  clear(acc);
-  gemm_ss<typename Tr::MmaDq, typename Tr::LdsmN, typename Tr::LdsmT>(acc, sm.ds(), sm.ds(), sm.kt(), sm.kt_shape());
+  Mma mma;
   auto thr = mma.get_slice(threadIdx.x);
-  Tensor c = thr.partition_C(make_identity_tensor(Shp{}));
+  Tensor c = thr.partition_C(make_identity_tensor(Shape<Int<R>, Int<C>>{}));
   Tensor coords = make_tensor(c.data(), fwd::rows_cols(c.layout()));
   Tensor a = make_tensor(acc.data(), fwd::rows_cols(acc.layout()));
   CUTE_UNROLL
   for (int r = 0; r < size<0>(a); ++r) {
     const int row = get<0>(coords(r, 0));
     if (row >= rows) continue;
+    f(a, coords, r, row);
+  }
+}
+
+// dQ = dS K of one query block (dS, K from smem), added to dq_accum (fp32 atomics; the caller
+// scales once when converting).
+template <class Tr>
+__device__ __forceinline__ void dq_atomic(float* dst, int64_t row_stride, int rows, const Smem<Tr>& sm) {
+  using namespace cute;
+  typename Tr::MmaDq mma;
+  Tensor acc = partition_fragment_C(mma, Shape<Int<Tr::kBlockM>, Int<Tr::kHeadDim>>{});
+  clear(acc);
+  gemm_ss<typename Tr::MmaDq, typename Tr::LdsmN, typename Tr::LdsmT>(acc, sm.ds(), sm.ds(), sm.kt(), sm.kt_shape());
+  each_row<typename Tr::MmaDq, Tr::kBlockM, Tr::kHeadDim>(acc, rows, [&](auto& a, auto const& coords, int r, int row) {
     float* d = dst + row * row_stride;
     CUTE_UNROLL
     for (int j = 0; j < size<1>(a); ++j) atomicAdd(d + get<1>(coords(r, j)), a(r, j));
-  }
+  });
 }
 
 // An fp32 accumulator [rows, d] of `Mma`'s layout times `mul`, as T at dst (rows < `rows`), 4-byte
@@ -215,20 +244,12 @@ __device__ __forceinline__ void dq_atomic(float* dst, int64_t row_stride, int ro
 template <class Mma, int R, int D, class T, class Acc>
 __device__ __forceinline__ void store_rows(Acc& acc, T* dst, int64_t row_stride, int rows, float mul) {
   using namespace cute;
-  Mma mma;
-  auto thr = mma.get_slice(threadIdx.x);
-  Tensor c = thr.partition_C(make_identity_tensor(Shape<Int<R>, Int<D>>{}));
-  Tensor coords = make_tensor(c.data(), fwd::rows_cols(c.layout()));
-  Tensor a = make_tensor(acc.data(), fwd::rows_cols(acc.layout()));
-  CUTE_UNROLL
-  for (int r = 0; r < size<0>(a); ++r) {
-    const int row = get<0>(coords(r, 0));
-    if (row >= rows) continue;
+  each_row<Mma, R, D>(acc, rows, [&](auto& a, auto const& coords, int r, int row) {
     T* d = dst + row * row_stride;
     CUTE_UNROLL
     for (int j = 0; j < size<1>(a); j += 2)
       *reinterpret_cast<uint32_t*>(d + get<1>(coords(r, j))) = fwd::pack2<T>(a(r, j) * mul, a(r, j + 1) * mul);
-  }
+  });
 }
 
 // A main-kernel CTA's sequence, kv head and first key, from blockIdx.x read again (fwd_work.cuh
@@ -383,12 +404,9 @@ __device__ __forceinline__ void dq_step(const BwdParams& p, const DqSmem<Tr>& sm
                                         int next, const Seq& s, int hk) {
   using namespace cute;
   using T = typename Tr::T;
-  using Shp = Shape<Int<Tr::kBlockM>, Int<Tr::kBlockN>>;
   typename Tr::TiledMma mma;
-  Tensor acc_s = partition_fragment_C(mma, Shp{});
-  Tensor acc_dp = partition_fragment_C(mma, Shp{});
-  clear(acc_s);
-  clear(acc_dp);
+  Tensor acc_s = scores_acc<Tr>(mma);
+  Tensor acc_dp = scores_acc<Tr>(mma);
   fwd::gemm_smem<Tr>(acc_s, sm.q(), sm.k(buf));
   fwd::gemm_smem<Tr>(acc_dp, sm.dout(), sm.v());
   __syncthreads();  // every warp is done with v
@@ -398,16 +416,8 @@ __device__ __forceinline__ void dq_step(const BwdParams& p, const DqSmem<Tr>& sm
                        s.seqlen_k - next0, sm.v());
     cp_async_fence();
   }
-  auto thr = mma.get_slice(threadIdx.x);
-  Tensor c = thr.partition_C(make_identity_tensor(Shp{}));
-  Tensor coords = make_tensor(c.data(), fwd::rows_cols(c.layout()));
-  Tensor sv = make_tensor(acc_s.data(), fwd::rows_cols(acc_s.layout()));
-  Tensor dp = make_tensor(acc_dp.data(), fwd::rows_cols(acc_dp.layout()));
-  const float fs = p.negate ? -p.factor : p.factor;
-  CUTE_UNROLL
-  for (int r = 0; r < size<0>(sv); ++r)
-    grad_row<kSoftcap, kMask>(sv, dp, coords, r, m0 + get<0>(coords(r, 0)), lse2(r), delta(r), n0, seqlen_k, bd, fs,
-                              p.tanh_scale);
+  grad_block<Tr, kSoftcap, kMask>(p, mma.get_slice(threadIdx.x), acc_s, acc_dp, m0, n0, seqlen_k, bd,
+                                  [&](int r, int) { return lse2(r); }, [&](int r, int) { return delta(r); });
   Tensor ds16 = fwd::to_16bit<T>(acc_dp);
   Tensor dsa = make_tensor(ds16.data(), fwd::scores_as_a(ds16.layout()));
   fwd::gemm_pv<Tr>(acc_dq, dsa, sm.kt(buf), sm.kt_shape(buf));

@@ -1,8 +1,9 @@
 // The CuTe types of the backward kernels of one head dim and dtype (sizes from bwd_tiles.h): the
 // MMAs of each product with its warp grid, the shared-memory layouts (and their transposed views,
 // read with ldmatrix.trans) and the copy atoms. sm_80 instructions only, like the forward
-// (fwd_traits.cuh: the element types, the swizzle); the names load_rows / gemm_smem / gemm_pv read
-// (kThreads, kRowThreads, kAtomCols, kHeadDim, T, TiledMma, LdsmQK, LdsmVt) mean what they mean there.
+// (fwd_traits.cuh: the element types, the swizzle, the MMA grids, TileSizes); the names load_rows /
+// gemm_smem / gemm_pv read (kThreads, kRowThreads, kAtomCols, kHeadDim, T, TiledMma, LdsmQK, LdsmVt)
+// mean what they mean there.
 #pragma once
 #include <cute/tensor.hpp>
 #include <cutlass/numeric_types.h>
@@ -12,37 +13,21 @@
 
 namespace kp_attention::bwd {
 
-// m16n8k16 MMAs on a grid of WM x WN warps; N = 16 a warp so one ldmatrix.x4 feeds a k16 x n16 B.
-template <class Atom, int WM, int WN>
-using MmaGrid = cute::TiledMMA<cute::MMA_Atom<Atom>, cute::Layout<cute::Shape<cute::Int<WM>, cute::Int<WN>, cute::_1>>,
-                               cute::Tile<cute::Int<16 * WM>, cute::Int<16 * WN>, cute::_16>>;
+using fwd::MmaGrid;
+using fwd::SmemTile;
+using fwd::SwizzleAtom;
+using fwd::Transposed;
+using fwd::Unswizzled;
 
-// 8 rows x Cols 16-bit columns, XOR-swizzled (fwd_traits.cuh says why): Cols 64 or 32.
-template <int Cols>
-using SwizzleAtom = decltype(cute::composition(
-    cute::Swizzle<Cols == 64 ? 3 : 2, 3, 3>{},
-    cute::Layout<cute::Shape<cute::_8, cute::Int<Cols>>, cute::Stride<cute::Int<Cols>, cute::_1>>{}));
-
-template <class L, int Rows, int Cols>
-using SmemTile = decltype(cute::tile_to_shape(L{}, cute::Shape<cute::Int<Rows>, cute::Int<Cols>>{}));
-
-// The [R, C] transposed view of a [C, R] shared tile (the same bytes), and its unswizzled shape
-// (what a register fragment is shaped by).
-template <class L, int R, int C>
-using Transposed = decltype(cute::composition(L{}, cute::make_layout(cute::Shape<cute::Int<R>, cute::Int<C>>{},
-                                                                     cute::GenRowMajor{})));
-template <class L>
-using Unswizzled = decltype(cute::get_nonswizzle_portion(L{}));
+template <int HeadDim>
+using BwdSizes = fwd::TileSizes<HeadDim, bwd_tile(HeadDim)->block_m, bwd_tile(HeadDim)->block_n,
+                                bwd_tile(HeadDim)->warps, bwd_tile(HeadDim)->smem_bytes()>;
 
 template <int HeadDim, int DType>
-struct Traits {
+struct Traits : BwdSizes<HeadDim> {
+  using Sizes = BwdSizes<HeadDim>;
+  using Sizes::kBlockM, Sizes::kBlockN, Sizes::kWarps, Sizes::kAtomCols;
   static constexpr BwdTile kTile = *bwd_tile(HeadDim);
-  static constexpr int kHeadDim = HeadDim;
-  static constexpr int kBlockM = kTile.block_m;
-  static constexpr int kBlockN = kTile.block_n;
-  static constexpr int kWarps = kTile.warps;
-  static constexpr int kThreads = kTile.threads();
-  static constexpr int kSmemBytes = kTile.smem_bytes();
   using T = typename fwd::Element<DType>::type;
   using Atom = typename fwd::Element<DType>::Mma;
 
@@ -53,12 +38,7 @@ struct Traits {
   static_assert(kBlockN % (16 * kTile.kv_n) == 0 && HeadDim % (16 * (kWarps / kTile.kv_n)) == 0, "dK tile");
   static_assert(kBlockM % (16 * kTile.dq_m) == 0 && HeadDim % (16 * (kWarps / kTile.dq_m)) == 0, "dQ tile");
   static_assert(kBlockN % 64 == 0, "P, dS: whole 64-column swizzle atoms");
-  static_assert(HeadDim % 32 == 0, "head_dim: whole 32-column swizzle atoms");
 
-  static constexpr int kAtomCols = HeadDim % 64 == 0 ? 64 : 32;
-  static constexpr int kRowThreads = kAtomCols / 8;
-  static_assert(kBlockM % (kThreads / kRowThreads) == 0 && kBlockN % (kThreads / kRowThreads) == 0,
-                "block_m, block_n: whole cp.async passes");
   using SmemQ = SmemTile<SwizzleAtom<kAtomCols>, kBlockM, HeadDim>;   // q, dO
   using SmemKV = SmemTile<SwizzleAtom<kAtomCols>, kBlockN, HeadDim>;  // k, v
   using SmemPdS = SmemTile<SwizzleAtom<64>, kBlockM, kBlockN>;        // P, dS (16-bit)
@@ -73,25 +53,18 @@ struct Traits {
 
 // The deterministic dq kernel: the forward's shape (warps side by side along the query rows, 16
 // rows each), its own tile.
+template <int HeadDim>
+using DqSizes = fwd::TileSizes<HeadDim, bwd_tile(HeadDim)->dq_block_m, bwd_tile(HeadDim)->dq_block_n,
+                               bwd_tile(HeadDim)->dq_warps, bwd_tile(HeadDim)->dq_smem_bytes()>;
+
 template <int HeadDim, int DType>
-struct DqTraits {
-  static constexpr BwdTile kTile = *bwd_tile(HeadDim);
-  static constexpr int kHeadDim = HeadDim;
-  static constexpr int kBlockM = kTile.dq_block_m;
-  static constexpr int kBlockN = kTile.dq_block_n;
-  static constexpr int kWarps = kTile.dq_warps;
-  static constexpr int kThreads = kTile.dq_threads();
-  static constexpr int kSmemBytes = kTile.dq_smem_bytes();
+struct DqTraits : DqSizes<HeadDim> {
+  using Sizes = DqSizes<HeadDim>;
+  using Sizes::kBlockM, Sizes::kBlockN, Sizes::kWarps, Sizes::kAtomCols;
   using T = typename fwd::Element<DType>::type;
-  using TiledMma = cute::TiledMMA<cute::MMA_Atom<typename fwd::Element<DType>::Mma>,
-                                  cute::Layout<cute::Shape<cute::Int<kWarps>, cute::_1, cute::_1>>,
-                                  cute::Tile<cute::Int<16 * kWarps>, cute::_16, cute::_16>>;
+  using TiledMma = MmaGrid<typename fwd::Element<DType>::Mma, kWarps, 1>;
   static_assert(kBlockM == 16 * kWarps, "16 query rows a warp");
-  static_assert(kBlockN % 16 == 0 && HeadDim % 32 == 0, "dq tile");
-  static constexpr int kAtomCols = HeadDim % 64 == 0 ? 64 : 32;
-  static constexpr int kRowThreads = kAtomCols / 8;
-  static_assert(kBlockM % (kThreads / kRowThreads) == 0 && kBlockN % (kThreads / kRowThreads) == 0,
-                "whole cp.async passes");
+  static_assert(kBlockN % 16 == 0, "dq tile");
   using SmemQ = SmemTile<SwizzleAtom<kAtomCols>, kBlockM, HeadDim>;
   using SmemKV = SmemTile<SwizzleAtom<kAtomCols>, kBlockN, HeadDim>;
   using SmemVt = Transposed<SmemKV, HeadDim, kBlockN>;  // K^T: B of dQ += dS K (gemm_pv)

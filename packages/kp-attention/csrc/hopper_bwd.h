@@ -2,7 +2,7 @@
 // includes it (the kernel is in hopper_bwd_kernel.cuh, instantiated in hopper_bwd_d<D>.cu).
 //
 // A CTA = block_n = 128 keys of one (sequence, kv head); k and v stay in shared memory while the
-// query blocks (block_m = 64 rows) of every query head of the GQA group stream through a two-stage
+// query blocks (block_m rows) of every query head of the GQA group stream through a two-stage
 // ring. 3 warpgroups (384 threads):
 //   warpgroup 0   producer: one warp loads k and v once (TMA), then q, dO (TMA) and the rows' lse
 //                 (in exp2 units) and delta (plain loads into shared memory) of each query block;
@@ -11,21 +11,24 @@
 //                 shared memory (SS); P^T and dS^T in registers; dV += P^T dO and dK += dS^T Q with
 //                 P^T, dS^T as register A operands (RS); dS^T to shared memory, then dQ = dS K (SS)
 //                 added to dq_accum with vector fp32 reductions (red.global.add.v2.f32)
-// dQ's split between the consumers:
-//   head_dim 128: by columns: each computes dQ[:, 64 wg : 64 wg + 64] over all 128 keys, so both
-//                 warpgroups' dS must be in shared memory first (a named barrier of 256 threads);
-//   head_dim 64:  by keys: each computes dQ over its own 64 keys (a 32-column slice of the 128-byte
-//                 swizzle atom is no wgmma operand), so the warpgroups never wait on each other, at
-//                 twice the reductions of a column split.
+// dQ [block_m, d] in 64 x 64 tiles, one a consumer warpgroup, each summing all 128 keys: by columns
+// at d 128 (block_m 64), by rows at d 64 (block_m 128; a 32-column slice of the 128-byte swizzle
+// atom is no wgmma operand). Both warpgroups' dS must be in shared memory first (a named barrier).
+// GQA: the query heads of a kv head's group run in one CTA (dK, dV summed in registers) unless that
+// leaves fewer than 8 CTAs an SM: then kv_splits CTAs share them and add fp32 dK, dV into a scratch
+// buffer (converted after), so causal calls with few kv heads do not wait on a few long CTAs.
 //
 // Per consumer thread (64 rows x n columns of fp32 over 128 threads = n / 2 registers):
-//   dK + dV: d,  S^T + dP^T: 64,  dQ: 32 (both head dims)
+//   dK + dV: d,  S^T + dP^T: block_m,  dQ: 32
 //
 //   head_dim  block_m  block_n  stages  smem: k, v + q, dO ring + dS x 2     regs (producer / consumer)
-//   64        64       128      2       32 + 32 + 32 = 96 KB                40 / 232
-//   128       64       128      2       64 + 64 + 32 = 160 KB               40 / 232
-// (FA3's shapes for these head dims.) 232 x 256 + 40 x 128 = 64512 = 168 x 384 registers, what
-// the launch holds. Deterministic calls (no atomics) take the sm80-class kernels (bwd_kernel.cuh).
+//   64        128      128      2       32 + 64 + 64 = 160 KB               24 / 240
+//   128       64       128      2       64 + 64 + 32 = 160 KB               32 / 232
+// (FA3's shapes for these head dims; block_m 64 at d 64 ran x0.87-1.02 of FlashAttention-2 on an
+// H200, its GEMMs too small for the syncs of a step.) The launch holds 168 x 384 = 64512 registers;
+// ptxas (sm_90a, nvcc 13.0) spills: d64 consumers at 232 (16 bytes; 8 at 240), d128's producer at
+// 24 (8 bytes; none at 32); softcap kernels 16-156 bytes at every split tried (a tanh per score
+// kept for dS). Deterministic calls (no atomics) take the sm80-class kernels.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -36,7 +39,7 @@
 namespace kp_attention {
 
 struct HopperBwdTile {
-  int head_dim, block_m, block_n, stages;
+  int head_dim, block_m, block_n, stages, producer_regs, consumer_regs;  // regs: setmaxnreg
   static constexpr int kConsumers = 2;  // consumer warpgroups, 64 keys each
   constexpr int threads() const { return 128 * (kConsumers + 1); }
   // k, v; the q and dO rings; two dS buffers (block_m x block_n, 16-bit)
@@ -46,8 +49,8 @@ struct HopperBwdTile {
 };
 
 inline constexpr HopperBwdTile kHopperBwdTiles[] = {
-    {64, 64, 128, 2},
-    {128, 64, 128, 2},
+    {64, 128, 128, 2, 24, 240},
+    {128, 64, 128, 2, 32, 232},
 };
 
 constexpr const HopperBwdTile* hopper_bwd_tile(int head_dim) {
@@ -56,11 +59,18 @@ constexpr const HopperBwdTile* hopper_bwd_tile(int head_dim) {
   return nullptr;
 }
 
+// What the Hopper launcher needs beside BwdParams: the row extents (varlen: q's and k's rows) and
+// the GQA split's scratch, fp32, twice dk's elements (nullptr: no split).
+struct HopperBwdExtra {
+  int64_t total_q, total_k;
+  float* dkv_accum;
+};
+
 // Launches the Hopper backward of one head dim and dtype on p (dq_accum non-null: the atomic dQ
 // path); false, launching nothing, when the call breaks a TMA rule (the caller runs the sm80-class
-// kernels instead). total_q: varlen q's rows (batched: unused).
+// kernels instead).
 template <int HeadDim, int DType>
-bool run_hopper_bwd(const BwdParams& p, int64_t total_q, int device, cudaStream_t stream);
+bool run_hopper_bwd(const BwdParams& p, const HopperBwdExtra& x, int device, cudaStream_t stream);
 
 // Which backward a call of this device and head dim takes with atomics (deterministic=False):
 // "sm90" (the Hopper kernel) or "sm80"; TMA's per-call rules aside. Deterministic calls take

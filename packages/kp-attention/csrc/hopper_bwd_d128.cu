@@ -2,6 +2,6 @@
 #include "hopper_bwd_launch.cuh"
 
 namespace kp_attention {
-template bool run_hopper_bwd<128, kp::kF16>(const BwdParams&, int64_t, int, cudaStream_t);
-template bool run_hopper_bwd<128, kp::kBF16>(const BwdParams&, int64_t, int, cudaStream_t);
+template bool run_hopper_bwd<128, kp::kF16>(const BwdParams&, const HopperBwdExtra&, int, cudaStream_t);
+template bool run_hopper_bwd<128, kp::kBF16>(const BwdParams&, const HopperBwdExtra&, int, cudaStream_t);
 }  // namespace kp_attention

@@ -26,26 +26,37 @@
 #include "fwd_softmax.cuh"
 #include "fwd_work.cuh"
 #include "hopper_bwd_traits.cuh"
+#include "hopper_common.cuh"
 
 namespace kp_attention::hopper_bwd {
 
 using fwd::Band;
 using hopper::acc_as_a;
+using hopper::cp_async_16;
+using hopper::wg_gemm;
 using hopper::rows_cols;
 
 // Where a CTA works: block_n keys from n0 of one (sequence, kv head); TMA coordinates (the
 // sequence's first q and k rows, the batch index) and element offsets of dK / dV, dq_accum and lse.
 struct Work {
-  int n0, hk, b, bq, q0, k0, seqlen_q, seqlen_k;
+  int n0, hk, b, bq, q0, k0, seqlen_q, seqlen_k, h_first, h_end;
   int64_t diagonal, dk, dq, lse;
 };
 
-__device__ __forceinline__ Work locate(const BwdParams& p, int cta, int block_n) {  // cta < 2^31 (run_hopper_bwd)
+// Key blocks fastest (neighbouring CTAs read the same q, dO from L2), block 0 first (under a causal
+// mask the most query blocks see it), then the GQA split, then (batch, kv head).
+template <class Tr>
+__device__ __forceinline__ Work locate(const Params<Tr>& hp, int cta) {  // cta < 2^31 (run_hopper_bwd)
+  const BwdParams& p = hp.p;
   Work w;
-  const int bh = cta / p.n_blocks;
-  w.n0 = (cta - bh * p.n_blocks) * block_n;
+  const int rest = cta / p.n_blocks;
+  w.n0 = (cta - rest * p.n_blocks) * Tr::kBlockN;
+  const int bh = rest / hp.kv_splits;
+  const int split = rest - bh * hp.kv_splits;
   w.b = bh / p.heads_kv;
   w.hk = bh - w.b * p.heads_kv;
+  w.h_first = w.hk * p.group + split * hp.heads_per_cta;
+  w.h_end = w.h_first + hp.heads_per_cta;
   if (p.cu_q != nullptr) {
     w.q0 = p.cu_q[w.b];
     w.k0 = p.cu_k[w.b];
@@ -94,22 +105,6 @@ __device__ __forceinline__ void red_add2(float* dst, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
 }
 
-// One warpgroup GEMM, issued asynchronously (the caller waits): acc (+)= A B over every k-block.
-template <bool kZero, class Mma, class TA, class TB, class TC>
-__device__ __forceinline__ void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& acc) {
-  using namespace cute;
-  warpgroup_fence_operand(acc);
-  warpgroup_arrive();
-  mma.accumulate_ = kZero ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
-    cute::gemm(mma, a(_, _, k), b(_, _, k), acc);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  warpgroup_fence_operand(acc);
-}
-
 // S^T and dP^T (rows: keys, columns: query rows) -> P^T in s, dS^T in dp. lse2, delta: the stage's
 // rows in shared memory. kMask: the block may hold pairs the query row does not see.
 template <bool kSoftcap, bool kMask, class S, class C>
@@ -149,12 +144,6 @@ __device__ __forceinline__ void to_16bit(Acc const& acc, Out& out) {
   for (int i = 0; i < cute::size(acc) / 2; ++i) dst[i] = fwd::pack2<T>(acc(2 * i), acc(2 * i + 1));
 }
 
-// 16 bytes global -> shared with cp.async, zero-filled when !ok (src-size 0 reads nothing).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool ok) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-
 template <class Tr, bool kSoftcap>
 __global__ void __launch_bounds__(Tr::kThreads, 1) hopper_bwd_kernel(const __grid_constant__ Params<Tr> hp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -164,7 +153,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) hopper_bwd_kernel(const __gri
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, D = Tr::kHeadDim, kStages = Tr::kStages;
   const BwdParams& p = hp.p;
 
-  const Work w = locate(p, static_cast<int>(blockIdx.x), BN);
+  const Work w = locate(hp, static_cast<int>(blockIdx.x));
   if (w.n0 >= w.seqlen_k) return;  // varlen: past this sequence's keys (the whole CTA)
   const fwd::KeyBlocks qb = query_blocks<BM, BN>(p, w);
   const bool any = qb.hi > qb.lo;
@@ -198,7 +187,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) hopper_bwd_kernel(const __gri
     Barrier::init(kv_full, 1);
     CUTE_UNROLL
     for (int s = 0; s < kStages; ++s) {
-      Barrier::init(q_full + s, 1);
+      Barrier::init(q_full + s, 32);  // the producer warp: lse, delta stores; lane 0 the q TMA too
       Barrier::init(do_full + s, 1);
       Barrier::init(q_empty + s, 128 * HopperBwdTile::kConsumers);
       Barrier::init(do_empty + s, 128 * HopperBwdTile::kConsumers);
@@ -206,7 +195,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) hopper_bwd_kernel(const __gri
     cutlass::arch::fence_barrier_init();
   }
   __syncthreads();
-  const int h_first = w.hk * p.group, h_end = h_first + p.group;
+  const int h_first = w.h_first, h_end = w.h_end;
 
   if (warp_group == 0) {
     // ---------------------------------------------------------------------------------- producer
@@ -265,10 +254,13 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) hopper_bwd_kernel(const __gri
           lse_s[stage * BM + i] = ok ? lse_exp2(p.lse[rows_at + row]) : INFINITY;
           delta_s[stage * BM + i] = ok ? p.delta[rows_at + row] : 0.0f;
         }
-        __syncwarp();
+        // every lane arrives after its own stores (q_full counts the warp): the consumers' wait
+        // orders them, as compute-sanitizer's racecheck sees it too
         if (lane == 0) {
           Barrier::arrive_and_expect_tx(q_full + stage, Tr::kQBytes);
           copy(hp.tma_q.with(q_full[stage]), tQg(_, m), tQs(_, stage));
+        } else {
+          Barrier::arrive(q_full + stage);
         }
         Barrier::wait(do_empty + stage, phase ^ 1);
         if (lane == 0) {
@@ -295,19 +287,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) hopper_bwd_kernel(const __gri
     Tensor tSrDo = thr_sdp.partition_fragment_B(sDo);
     Tensor tKrQt = thr_kv.partition_fragment_B(sQt);   // (MMA, 1, BM / 16, stages)
     Tensor tKrDot = thr_kv.partition_fragment_B(sDot);
-    // dQ's operands: this warpgroup's keys (split by keys) or all keys and its half of the columns
-    auto dq_a = [&] {
-      if constexpr (Tr::kSplitKeys)
-        return local_tile(sDS, Shape<Int<BM>, _64, _2>{}, make_coord(0, wg, 0));
-      else
-        return sDS;
-    }();
-    auto dq_b = [&] {
-      if constexpr (Tr::kSplitKeys)
-        return local_tile(sKt, Shape<Int<D>, _64>{}, make_coord(0, wg));
-      else
-        return local_tile(sKt, Shape<Int<Tr::kDqCols>, Int<BN>>{}, make_coord(wg, 0));
-    }();
+    // dQ's operands: the warpgroup's 64 x 64 tile of dQ (rows at d 64, columns at d 128), all keys
+    const int dq_row0 = Tr::kDqByRows ? 64 * wg : 0, dq_col0 = Tr::kDqByRows ? 0 : 64 * wg;
+    Tensor dq_a = local_tile(sDS, Shape<_64, Int<BN>, _2>{}, make_coord(dq_row0 / 64, 0, 0));
+    Tensor dq_b = local_tile(sKt, Shape<_64, Int<BN>>{}, make_coord(dq_col0 / 64, 0));
     Tensor tQrDS = thr_dq.partition_fragment_A(dq_a);  // (MMA, 1, keys / 16, 2)
     Tensor tQrK = thr_dq.partition_fragment_B(dq_b);   // (MMA, 1, keys / 16)
 
@@ -327,13 +310,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) hopper_bwd_kernel(const __gri
       Tensor ds16 = make_tensor<T>(acc_dp.layout());
       Tensor tKrP = make_tensor(p16.data(), acc_as_a(p16.layout()));
       Tensor tKrDS = make_tensor(ds16.data(), acc_as_a(ds16.layout()));
-      Tensor acc_dq = partition_fragment_C(mma_dq, Shape<_64, Int<Tr::kDqCols>>{});
+      Tensor acc_dq = partition_fragment_C(mma_dq, Shape<_64, _64>{});
       Tensor dq = make_tensor(acc_dq.data(), rows_cols(acc_dq.layout()));
-      Tensor cq = thr_dq.partition_C(make_identity_tensor(Shape<_64, Int<Tr::kDqCols>>{}));
+      Tensor cq = thr_dq.partition_C(make_identity_tensor(Shape<_64, _64>{}));
       Tensor dq_coords = make_tensor(cq.data(), rows_cols(cq.layout()));
       const Band band = fwd::band(w.diagonal, p.left, p.right);
       const int key0 = w.n0 + 64 * wg;  // this warpgroup's first key
-      const int dq_col0 = Tr::kSplitKeys ? 0 : Tr::kDqCols * wg;
 
       Barrier::wait(kv_full, 0);
       int stage = 0, buf = 0;
@@ -368,10 +350,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) hopper_bwd_kernel(const __gri
             *reinterpret_cast<uint32_t*>(&sDS(row, key, buf)) = ds_pairs[i];
           }
           cutlass::arch::fence_view_async_shared();  // generic-proxy stores, read by wgmma next
-          if constexpr (Tr::kSplitKeys)
-            named_sync(2 + wg, 128);
-          else
-            named_sync(1, 256);
+          named_sync(1, 256);  // both warpgroups' dS^T are in shared memory
           wg_gemm<true>(mma_dq, tQrDS(_, _, _, buf), tQrK, acc_dq);
           warpgroup_wait<0>();
           warpgroup_fence_operand(acc_dq);
@@ -385,7 +364,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) hopper_bwd_kernel(const __gri
           float* dst = p.dq_accum + w.dq + h * D + dq_col0;
           CUTE_UNROLL
           for (int r = 0; r < size<0>(dq); ++r) {
-            const int row = row0 + get<0>(dq_coords(r, 0));
+            const int row = row0 + dq_row0 + get<0>(dq_coords(r, 0));
             if (row >= w.seqlen_q) continue;
             float* d = dst + static_cast<int64_t>(row) * p.o_row;
             CUTE_UNROLL
@@ -397,21 +376,32 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) hopper_bwd_kernel(const __gri
       }
     }
 
-    // dK (times scale) and dV of keys below seqlen_k, as T: 4-byte stores of column pairs.
+    // dK (times scale) and dV of keys below seqlen_k, as T (4-byte stores of column pairs); with a
+    // GQA split, unscaled into dkv_accum (fp32 reductions; bwd.cu converts).
     Tensor ck = thr_kv.partition_C(make_identity_tensor(Shape<_64, Int<D>>{}));
     Tensor kcoords = make_tensor(ck.data(), rows_cols(ck.layout()));
     Tensor dk = make_tensor(acc_dk.data(), rows_cols(acc_dk.layout()));
     Tensor dv = make_tensor(acc_dv.data(), rows_cols(acc_dv.layout()));
     int cta_again;
     asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(cta_again));  // offsets recomputed, not kept live
-    const Work we = locate(p, cta_again, BN);
+    const Work we = locate(hp, cta_again);
     const int64_t at = we.dk + we.hk * D;
     CUTE_UNROLL
     for (int r = 0; r < size<0>(dk); ++r) {
       const int key = we.n0 + 64 * wg + get<0>(kcoords(r, 0));
       if (key >= we.seqlen_k) continue;
-      T* gk = static_cast<T*>(p.dk) + at + static_cast<int64_t>(key) * p.dk_row;
-      T* gv = static_cast<T*>(p.dv) + at + static_cast<int64_t>(key) * p.dk_row;
+      const int64_t row = at + static_cast<int64_t>(key) * p.dk_row;
+      if (hp.kv_splits > 1) {
+        CUTE_UNROLL
+        for (int c = 0; c < size<1>(dk); c += 2) {
+          const int col = get<1>(kcoords(r, c));
+          red_add2(hp.dkv_accum + row + col, dk(r, c), dk(r, c + 1));
+          red_add2(hp.dkv_accum + hp.dv_offset + row + col, dv(r, c), dv(r, c + 1));
+        }
+        continue;
+      }
+      T* gk = static_cast<T*>(p.dk) + row;
+      T* gv = static_cast<T*>(p.dv) + row;
       CUTE_UNROLL
       for (int c = 0; c < size<1>(dk); c += 2) {
         const int col = get<1>(kcoords(r, c));

@@ -34,18 +34,17 @@ struct Traits {
   static constexpr int kBlockN = kTile.block_n;  // keys a CTA
   static constexpr int kStages = kTile.stages;
   static constexpr int kThreads = kTile.threads();
-  static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = 232;
+  static constexpr int kProducerRegs = kTile.producer_regs;
+  static constexpr int kConsumerRegs = kTile.consumer_regs;
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * HopperBwdTile::kConsumers <= 168 * kThreads,
                 "setmaxnreg: no more registers than the launch holds");
   static_assert(kBlockN == 64 * HopperBwdTile::kConsumers, "one 64-key wgmma M a consumer warpgroup");
-  static_assert(kBlockM == 64, "block_m: one 64-row wgmma M of dQ, one 64-column N of S^T");
-  static_assert(HeadDim == 64 || HeadDim == 128, "head_dim: whole 128-byte swizzle atoms, dQ's split");
+  static_assert(kBlockM % 64 == 0 && kBlockM <= 256, "block_m: whole 64-row dQ tiles, one wgmma N of S^T");
 
-  // dQ's split (hopper_bwd.h): by keys at d 64, by columns at d 128.
-  static constexpr bool kSplitKeys = HeadDim == 64;
-  static constexpr int kDqCols = kSplitKeys ? HeadDim : HeadDim / 2;  // a warpgroup's dQ columns
-  static constexpr int kDqKeys = kSplitKeys ? 64 : kBlockN;            // the keys its dQ sums
+  // dQ [block_m, d] = dS K in 64 x 64 tiles, one a consumer warpgroup (hopper_bwd.h): split by
+  // columns at d 128 (block_m 64), by rows at d 64 (block_m 128); each sums all block_n keys.
+  static_assert(kBlockM * HeadDim == 64 * 64 * HopperBwdTile::kConsumers, "dQ: one 64 x 64 tile a warpgroup");
+  static constexpr bool kDqByRows = kBlockM > 64;
 
   using T = typename Element<DType>::type;
 
@@ -68,14 +67,14 @@ struct Traits {
   // A consumer warpgroup's MMAs (M = 64 keys, or 64 query rows for dQ):
   //   S^T, dP^T [64 keys, block_m] = K, V [64, d] x Q, dO [block_m, d]^T    SS, both K-major
   //   dK, dV [64 keys, d] += dS^T, P^T [64, block_m] (registers) x Q, dO    RS, B MN-major
-  //   dQ [block_m, dq_cols] = dS [block_m, dq_keys] x K [dq_keys, dq_cols] SS, both MN-major
+  //   dQ [64, 64] = dS [64, block_n] x K [block_n, 64]                     SS, both MN-major
   using MmaSdp = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, cute::Int<kBlockM>, cute::Int<HeadDim>>>()));
   using MmaKV = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<T, T, float, cute::Shape<cute::_64, cute::Int<HeadDim>, cute::Int<kBlockM>>,
                                  cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
   using MmaDq = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, cute::Int<kDqCols>, cute::Int<kDqKeys>>,
+      cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, cute::_64, cute::Int<kBlockN>>,
                                  cute::GMMA::Major::MN, cute::GMMA::Major::MN>()));
 
   // The global tensors as TMA sees them: hopper_fwd_traits.cuh's (rows, d, heads, batch).
@@ -106,6 +105,12 @@ struct Params {
   typename Tr::TmaKV tma_k, tma_v;
   BwdParams p;
   int32_t q_rows, q_batches, k_rows, k_batches;
+  // GQA split (hopper_bwd.h): kv_splits CTAs share a key block's query heads, heads_per_cta each,
+  // and add their dK, dV (fp32, unscaled) into dkv_accum (dk like dk, then dv at dv_offset);
+  // kv_splits == 1: dK, dV stored directly.
+  float* dkv_accum;
+  int64_t dv_offset;
+  int kv_splits, heads_per_cta;
 };
 
 }  // namespace kp_attention::hopper_bwd

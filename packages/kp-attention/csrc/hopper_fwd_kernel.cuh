@@ -31,6 +31,7 @@
 #include "fwd.h"
 #include "fwd_softmax.cuh"
 #include "fwd_work.cuh"
+#include "hopper_common.cuh"
 #include "hopper_fwd_traits.cuh"
 
 namespace kp_attention::hopper {
@@ -83,22 +84,6 @@ __device__ __forceinline__ void turn_pass(int wg) {
   asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - wg) : "memory");
 }
 
-// One warpgroup GEMM, issued asynchronously (the caller waits): acc (+)= A B over every k-block.
-template <bool kZero, class Mma, class TA, class TB, class TC>
-__device__ __forceinline__ void wg_gemm(Mma& mma, TA const& a, TB const& b, TC& acc) {
-  using namespace cute;
-  warpgroup_fence_operand(acc);
-  warpgroup_arrive();
-  mma.accumulate_ = kZero ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-  CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
-    cute::gemm(mma, a(_, _, k), b(_, _, k), acc);
-    mma.accumulate_ = GMMA::ScaleOut::One;
-  }
-  warpgroup_commit_batch();
-  warpgroup_fence_operand(acc);
-}
-
 // Scores (by rows, columns) -> p = 2^(s factor - m), unnormalized, with the running max m, this
 // thread's share of the row sum l and the factor alpha that rescales the rows of O. kMask: the
 // block may hold keys a row does not see (-inf), so a row that has seen none keeps a finite shift.
@@ -131,12 +116,6 @@ __device__ __forceinline__ void softmax(const FwdParams& p, S& s, C const& coord
     }
     l(r) = l(r) * alpha(r) + sum;
   }
-}
-
-// 16 bytes global -> shared with cp.async, zero-filled when !ok (src-size 0 reads nothing).
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool ok) {
-  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
 }
 
 template <class Tr, bool kSoftcap>

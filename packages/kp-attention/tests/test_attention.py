@@ -229,7 +229,7 @@ from kp_attention.attention import ATTENTION  # noqa: E402
 
 def test_registered_ops_pass_opcheck(seed):
     q, k, v = (t.requires_grad_(True) for t in _qkv(1, 5, 7, 4, 2, 16, torch.float32, seed))
-    args = (0.25, True, 3, 0, 0.0, 2, "reference")
+    args = (0.25, True, 3, 0, 0.0, 2, False, "reference")
     kt.opcheck(ATTENTION.fwd_op, (q, k, v, *args))
     out, lse = ATTENTION.fwd_op(q, k, v, *args)
     do = kt.randn(out.shape, seed=seed + 3)
@@ -240,7 +240,7 @@ def test_eager_autograd_function_matches_autograd_of_the_formula(seed):
     """ATTENTION.apply (the path kernel levels take with gradients) at the reference level."""
     q, k, v = (t.requires_grad_(True) for t in _qkv(2, 6, 4, 4, 1, 8, torch.float32, seed))
     do = kt.randn((2, 6, 4, 8), seed=seed + 5)
-    out, lse = ATTENTION.apply(q, k, v, 0.3, True, -1, -1, 1.5, -2, "reference")
+    out, lse = ATTENTION.apply(q, k, v, 0.3, True, -1, -1, 1.5, -2, False, "reference")
     got = torch.autograd.grad(out, (q, k, v), do)
     ref_out, ref_lse = reference.attention(q, k, v, scale=0.3, causal=True, softcap=1.5, diagonal=-2)
     want = torch.autograd.grad(ref_out, (q, k, v), do)
@@ -302,7 +302,7 @@ def test_varlen_ops_pass_opcheck_and_match_autograd(seed):
     ck = torch.tensor([0, 4, 6, 6], dtype=torch.int32)
     q = kt.randn((8, 4, 8), seed=seed).requires_grad_(True)
     k, v = (kt.randn((6, 2, 8), seed=seed + i).requires_grad_(True) for i in (1, 2))
-    args = (cq, ck, 5, 4, 0.35, True, 2, 0, 1.5, "reference")
+    args = (cq, ck, 5, 4, 0.35, True, 2, 0, 1.5, False, "reference")
     kt.opcheck(ATTENTION_VARLEN.fwd_op, (q, k, v, *args))
     out, lse = ATTENTION_VARLEN.apply(q, k, v, *args)
     do = kt.randn(out.shape, seed=seed + 3)

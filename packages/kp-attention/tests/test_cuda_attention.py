@@ -104,7 +104,7 @@ def test_forward_matches_the_oracle(head_dim, dtype, case, seed):
 def test_sdpa_diagonal_and_other_diagonals(diagonal, seed):
     """The registered op takes any diagonal (SDPA passes 0: top-left causal at seqlen_q != seqlen_k)."""
     q, k, v = _qkv(2, 150, 90, 4, 2, 128, torch.bfloat16, seed)
-    out, lse = torch.ops.kp_attention.attention_fwd(q, k, v, 0.125, True, -1, -1, 0.0, diagonal, "cuda")
+    out, lse = torch.ops.kp_attention.attention_fwd(q, k, v, 0.125, True, -1, -1, 0.0, diagonal, False, "cuda")
     want, want_lse = reference.attention(q.double(), k.double(), v.double(), scale=0.125, causal=True,
                                          diagonal=diagonal)  # fmt: skip
     theirs = _torch_out(q, k, v, scale=0.125, causal=True, window=(-1, -1), softcap=0.0, diagonal=diagonal)
@@ -195,11 +195,11 @@ def test_varlen_with_empty_sequences(head_dim, causal, window, seed):
     assert (out[last] == 0).all() and torch.isinf(lse[:, last]).all()
 
 
-def test_auto_and_the_cuda_forward_with_the_triton_backward(seed, monkeypatch):
+def test_auto_and_the_cuda_forward_and_backward(seed, monkeypatch):
     """On a GPU with the extension loaded: auto resolves 16-bit calls at the kernels' head dims to
     cuda (but on sm_90 at head dims without a Hopper kernel, where the Triton level's forward is
     faster than the sm80-class one, to triton) and the gradient runs
-    the Triton level's backward; fp32 and other head dims go to triton."""
+    the CUDA level's backward; fp32 and other head dims go to triton."""
     pytest.importorskip("triton")
     dev = torch.device("cuda", torch.cuda.current_device())
     assert _cuda.NATIVE.loaded, _cuda.NATIVE.error
@@ -214,11 +214,9 @@ def test_auto_and_the_cuda_forward_with_the_triton_backward(seed, monkeypatch):
     with pytest.raises(BackendUnavailable, match="float16 and bfloat16"):
         LEVELS.resolve("cuda", dev, torch.float32, 128)
 
-    from kp_attention.triton import attention as triton_level
-
     calls = []
-    real_bwd = triton_level.attention_bwd
-    monkeypatch.setattr(triton_level, "attention_bwd", lambda *a: calls.append(1) or real_bwd(*a))
+    real_bwd = _cuda.attention_bwd
+    monkeypatch.setattr(_cuda, "attention_bwd", lambda *a, **kw: calls.append(1) or real_bwd(*a, **kw))
     fwd_calls = []
     real_fwd = _cuda.attention_fwd
     monkeypatch.setattr(_cuda, "attention_fwd", lambda *a: fwd_calls.append(1) or real_fwd(*a))
@@ -230,7 +228,7 @@ def test_auto_and_the_cuda_forward_with_the_triton_backward(seed, monkeypatch):
         grads = torch.autograd.grad(out, (q, k, v), do)
     finally:
         LEVELS._impls.clear()
-    assert fwd_calls and calls, "the CUDA forward, then the Triton backward"
+    assert fwd_calls and calls, "the CUDA forward, then the CUDA backward"
     q64, k64, v64 = (t.detach().double().requires_grad_(True) for t in (q, k, v))
     want, _ = reference.attention(q64, k64, v64, scale=128**-0.5, causal=True)
     kt.assert_matches_oracle(out, want, dtype=torch.bfloat16, name="out")

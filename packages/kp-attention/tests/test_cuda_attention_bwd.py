@@ -13,25 +13,11 @@ from kp_core import testing as kt
 import kp_attention
 from kp_attention import _cuda, reference
 
+# The forward's CASES (name, seqlen_q, seqlen_k, heads_q, heads_kv, causal, window, softcap): their
+# lengths cross the backward's tiles too (block_m 64, block_n 64 / 128, dq block_n 32 / 64).
+from test_cuda_attention import CASES, DTYPES, HEAD_DIMS
+
 pytestmark = pytest.mark.gpu
-
-DTYPES = [torch.bfloat16, torch.float16]
-HEAD_DIMS = [64, 96, 128, 192, 256]
-
-# As tests/test_cuda_attention.py: (name, seqlen_q, seqlen_k, heads_q, heads_kv, causal, window,
-# softcap); lengths cross the backward's tiles too (block_m 64, block_n 64 / 128, dq block_n 32 / 64).
-CASES = [
-    ("plain", 130, 333, 4, 4, False, (-1, -1), 0.0),
-    ("causal_gqa", 333, 333, 8, 2, True, (-1, -1), 0.0),
-    ("causal_few_queries", 17, 333, 4, 1, True, (-1, -1), 0.0),
-    ("causal_rows_without_keys", 333, 130, 2, 2, True, (-1, -1), 0.0),  # rows 0..202 see nothing
-    ("window", 333, 333, 4, 2, False, (37, 5), 0.0),
-    ("window_causal", 257, 300, 2, 1, True, (64, 0), 0.0),
-    ("softcap_causal", 333, 333, 4, 2, True, (-1, -1), 30.0),
-    ("softcap_window", 130, 200, 2, 2, False, (17, 17), 5.0),
-    ("one_query", 1, 333, 4, 2, True, (-1, -1), 0.0),
-    ("one_key", 17, 1, 2, 1, False, (-1, -1), 0.0),
-]
 
 
 @pytest.fixture(autouse=True)
@@ -80,6 +66,25 @@ def _torch_grads(q, k, v, do, *, scale, causal, window, softcap, diagonal):
         p = p * mask.any(-1, keepdim=True)
     out = (p.to(q.dtype) @ vt).transpose(1, 2)
     return torch.autograd.grad(out, (q, k, v), do)
+
+
+def _varlen_oracle(q, k, v, do, cu_q, cu_k, scale, causal, window, softcap):
+    """A packed call's (want, theirs) for _check: _oracle's and _torch_grads' (dq, dk, dv) of each
+    sequence on its own (its own bottom-right diagonal), in place in [total, heads, d] buffers; a
+    sequence without query rows or keys adds nothing (zeros)."""
+    want = [torch.zeros(t.shape, dtype=torch.float64, device=q.device) for t in (q, k, v)]
+    theirs = [torch.zeros(t.shape, dtype=q.dtype, device=q.device) for t in (q, k, v)]
+    for b in range(len(cu_q) - 1):
+        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
+        if q1 == q0 or k1 == k0:
+            continue
+        opts = dict(scale=scale, causal=causal, window=window, softcap=softcap, diagonal=(k1 - k0) - (q1 - q0))
+        sl = (q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], do[None, q0:q1])
+        for acc, got in ((want, _oracle(*sl, **opts)), (theirs, _torch_grads(*sl, **opts))):
+            acc[0][q0:q1] += got[0][0]
+            acc[1][k0:k1] += got[1][0]
+            acc[2][k0:k1] += got[2][0]
+    return want, theirs
 
 
 def _poison(*shapes_and_dtypes):
@@ -211,18 +216,7 @@ def test_varlen_with_empty_sequences(head_dim, causal, window, softcap, determin
     _poison((q.shape, dtype), (k.shape, dtype), (k.shape, dtype), (q.shape, torch.float32))
     grads = _cuda.attention_varlen_bwd(do, q, k, v, out, lse, cu_q, cu_k, max(lens_q), max(lens_k), scale, causal,
                                        *window, softcap, deterministic=deterministic)  # fmt: skip
-    want = [torch.zeros(t.shape, dtype=torch.float64, device="cuda") for t in (q, k, v)]
-    theirs = [torch.zeros(t.shape, dtype=dtype, device="cuda") for t in (q, k, v)]
-    for b in range(len(lens_q)):
-        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
-        if q1 == q0 or k1 == k0:
-            continue
-        opts = dict(scale=scale, causal=causal, window=window, softcap=softcap, diagonal=(k1 - k0) - (q1 - q0))
-        sl = (q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], do[None, q0:q1])
-        for acc, got in ((want, _oracle(*sl, **opts)), (theirs, _torch_grads(*sl, **opts))):
-            acc[0][q0:q1] += got[0][0]
-            acc[1][k0:k1] += got[1][0]
-            acc[2][k0:k1] += got[2][0]
+    want, theirs = _varlen_oracle(q, k, v, do, cu_q, cu_k, scale, causal, window, softcap)
     _check(grads, want, theirs, dtype)
     empty_q = slice(int(cu_k[1]), int(cu_k[2]))  # sequence 1: keys, no query row
     no_keys = slice(int(cu_q[-2]), int(cu_q[-1]))  # the last sequence: queries, no key
@@ -236,8 +230,8 @@ def test_native_backward_checks_raise_before_any_launch(seed):
     dq, dk, dv, delta = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(lse)
     args = dict(k=k.data_ptr(), k_batch=0, k_row=128, k_head=64, v=v.data_ptr(), v_batch=0, v_row=128, v_head=64,
                 out=out.data_ptr(), dout=do.data_ptr(), do_batch=0, do_row=128, do_head=64, lse=lse.data_ptr(),
-                delta=delta.data_ptr(), dq_accum=0, dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(), cu_q=0,
-                cu_k=0, batch=1, seqlen_q=16, seqlen_k=16, total_q=0, total_k=0, heads_q=2, heads_kv=2, head_dim=64,
+                delta=delta.data_ptr(), dq_accum=0, dkv_accum=0, dq=dq.data_ptr(), dk=dk.data_ptr(), dv=dv.data_ptr(),
+                cu_q=0, cu_k=0, batch=1, seqlen_q=16, seqlen_k=16, total_q=0, total_k=0, heads_q=2, heads_kv=2, head_dim=64,
                 scale=0.125, causal=False, left=-1, right=-1, softcap=0.0, diagonal=0, dtype=1, device=0,
                 stream=torch.cuda.current_stream().cuda_stream)  # fmt: skip
     mod = _cuda.NATIVE.module

@@ -12,7 +12,7 @@ from kp_core import testing as kt
 
 from kp_attention import _cuda
 
-from test_cuda_attention_bwd import _check, _level_bwd, _oracle, _poison, _qkv, _torch_grads
+from test_cuda_attention_bwd import _check, _level_bwd, _oracle, _poison, _qkv, _torch_grads, _varlen_oracle
 
 pytestmark = pytest.mark.gpu
 
@@ -125,18 +125,7 @@ def test_varlen_key_ends_inside_and_on_blocks(head_dim, causal, window, softcap,
     _poison((q.shape, dtype), (k.shape, dtype), (k.shape, dtype), (q.shape, torch.float32))
     grads = _cuda.attention_varlen_bwd(do, q, k, v, out, lse, cu_q, cu_k, max(lens_q), max(lens_k), scale, causal,
                                        *window, softcap, deterministic=False)  # fmt: skip
-    want = [torch.zeros(t.shape, dtype=torch.float64, device="cuda") for t in (q, k, v)]
-    theirs = [torch.zeros(t.shape, dtype=dtype, device="cuda") for t in (q, k, v)]
-    for b in range(len(lens_q)):
-        q0, q1, k0, k1 = int(cu_q[b]), int(cu_q[b + 1]), int(cu_k[b]), int(cu_k[b + 1])
-        if q1 == q0 or k1 == k0:
-            continue
-        opts = dict(scale=scale, causal=causal, window=window, softcap=softcap, diagonal=(k1 - k0) - (q1 - q0))
-        sl = (q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], do[None, q0:q1])
-        for acc, got in ((want, _oracle(*sl, **opts)), (theirs, _torch_grads(*sl, **opts))):
-            acc[0][q0:q1] += got[0][0]
-            acc[1][k0:k1] += got[1][0]
-            acc[2][k0:k1] += got[2][0]
+    want, theirs = _varlen_oracle(q, k, v, do, cu_q, cu_k, scale, causal, window, softcap)
     _check(grads, want, theirs, dtype)
     for i, (lq, lk) in enumerate(zip(lens_q, lens_k)):
         if lq == 0 and lk > 0:
@@ -151,3 +140,32 @@ def test_seqlen_4k_causal_and_not(head_dim, seed):
     """The benchmark's length (seqlen 4096), GQA 4:1: 32 key blocks, 64 query blocks a head."""
     for causal in (False, True):
         _case(head_dim, torch.bfloat16, ("s4k", 4096, 4096, 4, 1, causal, (-1, -1), 0.0), seed)
+
+
+def test_flash_attn_deterministic_reaches_the_cuda_backward(seed):
+    """flash_attn(deterministic=True) at the CUDA level: the sm80-class dq kernel (no atomics), the
+    same bits run to run, varlen too; deterministic=False: the Hopper kernel (atomics), within the
+    oracle's bounds."""
+    import kp_attention
+
+    q, k, v, do = _qkv(2, 700, 700, 8, 2, 128, torch.bfloat16, seed)
+    qg, kg, vg = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+
+    def grads(det):
+        out = kp_attention.flash_attn(qg, kg, vg, causal=True, deterministic=det, backend="cuda")
+        return torch.autograd.grad(out, (qg, kg, vg), do)
+
+    first = grads(True)
+    for _ in range(2):
+        for name, a, b in zip(("dq", "dk", "dv"), first, grads(True)):
+            assert torch.equal(a, b), f"{name} differs between deterministic runs"
+    opts = dict(scale=128**-0.5, causal=True, window=(-1, -1), softcap=0.0, diagonal=0)
+    _check(grads(False), _oracle(q, k, v, do, **opts), _torch_grads(q, k, v, do, **opts), torch.bfloat16)
+    cu = torch.tensor([0, 300, 700], dtype=torch.int32, device="cuda")
+    flat = [t[0].detach().clone().requires_grad_(True) for t in (q, k, v)]  # [700, heads, 128]
+    runs = []
+    for _ in range(2):
+        out = kp_attention.flash_attn_varlen(*flat, cu, cu, 400, 400, causal=True, deterministic=True, backend="cuda")
+        runs.append(torch.autograd.grad(out, flat, do[0]))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)

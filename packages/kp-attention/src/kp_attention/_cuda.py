@@ -188,8 +188,8 @@ def _bwd_problem(q) -> Optional[str]:
 
 def _deterministic(deterministic: Optional[bool]) -> bool:
     """The dq path: deterministic=True runs the dq kernel (no atomics, bit-identical run to run),
-    False the fp32 atomics (FlashAttention-2's path, faster). None (the op does not pass the public
-    flag yet): torch.use_deterministic_algorithms decides."""
+    False the fp32 atomics (faster; the Hopper kernel on sm_90 at head dims 64 / 128). None (a
+    direct call without it): torch.use_deterministic_algorithms decides. flash_attn passes its flag."""
     return torch.are_deterministic_algorithms_enabled() if deterministic is None else bool(deterministic)
 
 
@@ -200,10 +200,15 @@ def _launch_bwd(do, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, batch, seqlen_q, 
     sq, sk, sv, sd = (_strides(t) if batch_strides else (0, *_strides(t)) for t in (q, k, v, do))
     delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
     dq_accum = None if deterministic else torch.empty(dq.shape, dtype=torch.float32, device=q.device)
+    # GQA with atomics: scratch for the Hopper kernel's split of a group's heads over CTAs (used and
+    # zeroed only when it splits: csrc/hopper_bwd.h)
+    grouped = not deterministic and q.shape[-2] != k.shape[-2]
+    dkv_accum = torch.empty(2 * dk.numel(), dtype=torch.float32, device=q.device) if grouped else None
     index = q.device.index
     NATIVE.module.attention_bwd(
         q.data_ptr(), *sq, k.data_ptr(), *sk, v.data_ptr(), *sv, out.data_ptr(), do.data_ptr(), *sd,
         lse.data_ptr(), delta.data_ptr(), 0 if dq_accum is None else dq_accum.data_ptr(),
+        0 if dkv_accum is None else dkv_accum.data_ptr(),
         dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
         0 if cu_q is None else cu_q.data_ptr(), 0 if cu_k is None else cu_k.data_ptr(),
         batch, seqlen_q, seqlen_k, total_q, total_k, q.shape[-2], k.shape[-2], q.shape[-1],

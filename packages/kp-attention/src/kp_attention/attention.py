@@ -4,8 +4,8 @@ and scaled_dot_product_attention (a drop-in for torch's, where the options overl
 Built on kp_core.op (docs/adding-an-op.md): the levels, a forward and a backward op registered with
 torch.library (fakes and autograd, so torch.compile sees no graph break), the checks (every
 argument, before any work, with an error that names it) and the public functions. Levels: cuda
-(_cuda.py: native forward kernels for fp16 / bf16 at head dims 64-256; its backward is the Triton
-level's), triton (triton/attention.py) and reference (reference.py: plain PyTorch); `auto` takes
+(_cuda.py: native forward and backward kernels for fp16 / bf16 at head dims 64-256; `deterministic`
+reaches its backward, which has an atomic and a deterministic dQ), triton (triton/attention.py) and reference (reference.py: plain PyTorch); `auto` takes
 cuda where its `supports` serves the call, else triton on a GPU. flash_attn_varlen reads its
 offsets on the host to check them (one copy), so under torch.compile it breaks the graph there.
 Gradients through the returned lse are served by the reference formula (the kernels' backward
@@ -42,15 +42,31 @@ def describe_backends() -> list:
 # contiguous, lse fp32 [B, Hq, Sq]; the backward returns dq, dk, dv (dk, dv summed over a GQA group).
 # `diagonal`: key j is on query i's diagonal when j = i + diagonal (flash_attn: Sk - Sq; SDPA: 0).
 
-_OPTS = "float scale, bool causal, int left, int right, float softcap, int diagonal, str backend"
+_OPTS = "float scale, bool causal, int left, int right, float softcap, int diagonal, bool deterministic, str backend"
 
 
-def _fwd_fake(q, k, v, scale, causal, left, right, softcap, diagonal, backend):
+# `deterministic` reaches only the backward of the levels that have a choice: the CUDA level's
+# (atomic or deterministic dQ). The Triton and reference backwards are deterministic always, and no
+# forward takes it.
+def _level_fwd(function: str):
+    def run(*args):  # (q, k, v[, cu_q, cu_k], options..., deterministic, backend)
+        return LEVELS.impl(args[-1], function)(*args[:-2])
+    return run
+
+
+def _level_bwd(function: str):
+    def run(*args):  # (do, q, k, v, out, lse[, cu_q, cu_k], options..., deterministic, backend)
+        impl = LEVELS.impl(args[-1], function)
+        return impl(*args[:-2], deterministic=args[-2]) if args[-1] == "cuda" else impl(*args[:-2])
+    return run
+
+
+def _fwd_fake(q, k, v, scale, causal, left, right, softcap, diagonal, deterministic, backend):
     b, sq, hq, d = q.shape
     return q.new_empty((b, sq, hq, d)), q.new_empty((b, hq, sq), dtype=torch.float32)
 
 
-def _bwd_fake(do, q, k, v, out, lse, scale, causal, left, right, softcap, diagonal, backend):
+def _bwd_fake(do, q, k, v, out, lse, scale, causal, left, right, softcap, diagonal, deterministic, backend):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -85,15 +101,17 @@ ATTENTION = AutogradOp(
     bwd_fake=_bwd_fake,
     setup_context=_setup_context,
     backward=_backward,
+    fwd=_level_fwd("attention_fwd"),
+    bwd=_level_bwd("attention_bwd"),
 )
 
 
 # The varlen ops: packed q [total_q, Hq, D], k and v [total_k, Hkv, D], int32 offsets; lse [Hq, total_q].
 _VOPTS = "Tensor cu_q, Tensor cu_k, int max_q, int max_k, float scale, bool causal, int left, int right, " \
-         "float softcap, str backend"  # fmt: skip
+         "float softcap, bool deterministic, str backend"  # fmt: skip
 
 
-def _vfwd_fake(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, left, right, softcap, backend):
+def _vfwd_fake(q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, left, right, softcap, deterministic, backend):
     return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
@@ -111,10 +129,12 @@ ATTENTION_VARLEN = AutogradOp(
     bwd_fake=_vbwd_fake,
     setup_context=_setup_context,
     backward=_backward,
+    fwd=_level_fwd("attention_varlen_fwd"),
+    bwd=_level_bwd("attention_varlen_bwd"),
 )
 
 
-def _run(op, q, k, v, scale, causal, window, softcap, diagonal, backend, lse_grad: bool):
+def _run(op, q, k, v, scale, causal, window, softcap, diagonal, backend, lse_grad: bool, deterministic: bool = False):
     """(out, lse) of one call at the level the request resolves to."""
     left, right = window
     args = (scale, causal, left, right, softcap, diagonal)
@@ -132,14 +152,14 @@ def _run(op, q, k, v, scale, causal, window, softcap, diagonal, backend, lse_gra
                                    diagonal=diagonal)  # fmt: skip
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     if registry.is_compiling():
-        return ATTENTION.fwd_op(q, k, v, *args, LEVELS.traced(backend, q.device, *facts))
+        return ATTENTION.fwd_op(q, k, v, *args, deterministic, LEVELS.traced(backend, q.device, *facts))
     name = LEVELS.resolve(backend, q.device, *facts)
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     if name == "reference":  # plain PyTorch: autograd differentiates it to any order
         return reference.attention(q, k, v, scale=scale, causal=causal, window=window, softcap=softcap,
                                    diagonal=diagonal)  # fmt: skip
     if grad:
-        return ATTENTION.apply(q, k, v, *args, name)
+        return ATTENTION.apply(q, k, v, *args, deterministic, name)
     return LEVELS.impl(name, "attention_fwd")(q, k, v, *args)
 
 
@@ -211,7 +231,8 @@ def flash_attn(q, k, v, causal: bool = False, window=(-1, -1), softmax_scale: Op
         raise TypeError(f"{op}: deterministic must be a bool, got {type(deterministic).__name__}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
     lse_grad = return_lse and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
-    out, lse = _run(op, q, k, v, scale, causal, window, softcap, k.shape[1] - q.shape[1], backend, lse_grad)
+    out, lse = _run(op, q, k, v, scale, causal, window, softcap, k.shape[1] - q.shape[1], backend, lse_grad,
+                    deterministic)
     return (out, lse) if return_lse else out
 
 
@@ -265,7 +286,7 @@ def flash_attn_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, ma
         q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
         args = (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, *window, softcap)
         if grad:
-            out, lse = ATTENTION_VARLEN.apply(q, k, v, *args, name)
+            out, lse = ATTENTION_VARLEN.apply(q, k, v, *args, deterministic, name)
         else:
             out, lse = LEVELS.impl(name, "attention_varlen_fwd")(q, k, v, *args)
     return (out, lse) if return_lse else out
