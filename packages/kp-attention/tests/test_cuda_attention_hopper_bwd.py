@@ -112,9 +112,13 @@ def test_varlen_key_ends_inside_and_on_blocks(head_dim, causal, window, softcap,
         lens_q, lens_k = [5, 0, 130, 1, 333, 9, 700], [7, 3, 130, 40, 200, 0, 901]
     else:
         lens_q, lens_k = [128, 0, 256, 384, 64], [256, 128, 0, 512, 128]
+    _varlen_case(head_dim, lens_q, lens_k, causal, window, softcap, seed)
+
+
+def _varlen_case(head_dim, lens_q, lens_k, causal, window, softcap, seed, hq=4, hkv=2):
     cu_q = torch.tensor([0] + lens_q, dtype=torch.int32, device="cuda").cumsum(0, dtype=torch.int32)
     cu_k = torch.tensor([0] + lens_k, dtype=torch.int32, device="cuda").cumsum(0, dtype=torch.int32)
-    hq, hkv, dtype = 4, 2, torch.bfloat16
+    dtype = torch.bfloat16
     q = kt.randn((sum(lens_q), hq, head_dim), dtype=dtype, device="cuda", seed=seed)
     k = kt.randn((sum(lens_k), hkv, head_dim), dtype=dtype, device="cuda", seed=seed + 1)
     v = kt.randn((sum(lens_k), hkv, head_dim), dtype=dtype, device="cuda", seed=seed + 2)
@@ -133,6 +137,36 @@ def test_varlen_key_ends_inside_and_on_blocks(head_dim, causal, window, softcap,
             assert (grads[1][keys] == 0).all() and (grads[2][keys] == 0).all()
         if lk == 0 and lq > 0:
             assert (grads[0][int(cu_q[i]) : int(cu_q[i + 1])] == 0).all()
+
+
+# More tiles (key blocks x batch x kv heads x the GQA split) than SMs, so CTAs run in waves: 300-700
+# tiles (132 SMs on an H100 / H200), mixing tiles without a query row (dK, dV zeros, no k, v load)
+# with full ones. (A persistent variant that carried its ring from tile to tile ran these clean:
+# session 26's journal.)
+MANY_TILE_CASES = [  # (name, batch, seqlen_q, seqlen_k, heads_q, heads_kv, causal, window, softcap)
+    ("plain", 12, 333, 333, 16, 16, False, (-1, -1), 0.0),
+    ("causal_gqa_split", 8, 1100, 1100, 8, 2, True, (-1, -1), 0.0),
+    ("keys_no_row_sees", 8, 300, 1300, 4, 4, True, (100, 0), 0.0),  # 7 of 11 key blocks: no rows
+    ("softcap", 6, 500, 700, 8, 8, True, (-1, -1), 15.0),
+]
+
+
+@pytest.mark.parametrize("case", MANY_TILE_CASES, ids=[c[0] for c in MANY_TILE_CASES])
+@pytest.mark.parametrize("head_dim", HOPPER_HEAD_DIMS)
+def test_many_tiles(head_dim, case, seed):
+    name, batch, *shape = case
+    _case(head_dim, torch.bfloat16, (name, *shape), seed, batch=batch)
+
+
+@pytest.mark.parametrize("head_dim", HOPPER_HEAD_DIMS)
+def test_many_varlen_tiles(head_dim, seed):
+    """60 packed sequences of 0-900 keys: most of the grid's key blocks lie past their sequence's end
+    (skipped), the rest end inside or on a block."""
+    gen = torch.Generator().manual_seed(seed)
+    lens_q = torch.randint(0, 400, (60,), generator=gen).tolist()
+    lens_k = torch.randint(0, 900, (60,), generator=gen).tolist()
+    lens_q[3], lens_k[7], lens_k[11] = 0, 0, 256
+    _varlen_case(head_dim, lens_q, lens_k, True, (-1, -1), 0.0, seed, hq=4, hkv=2)
 
 
 @pytest.mark.parametrize("head_dim", HOPPER_HEAD_DIMS)

@@ -1,10 +1,12 @@
-"""Run every kernel path of kp-attention's Triton level and CUDA forward once, small, for
+"""Run every kernel path of kp-attention's Triton level and CUDA level once, small, for
 compute-sanitizer (tools/gpu_check.sh sanitize): batched and packed, forward and backward (Triton),
 causal / windows / softcap, GQA, sequences that are not multiples of a block, empty sequences,
-rows that see no key; the CUDA forward at every head dim of its table, both dtypes. Each call is
+rows that see no key; the CUDA forward at every head dim of its table, both dtypes; the CUDA
+backward with atomic dQ (the Hopper kernel on sm_90) and deterministic, over more tiles than SMs.
+Each call is
 checked against the reference level, so a sanitizer run also fails on wrong results.
 
-    python sanitize_attention.py [triton|cuda]    (default: both levels)
+    python sanitize_attention.py [triton|cuda|cuda-bwd]    (default: triton and cuda; cuda-bwd: its backward only)
 """
 import sys
 
@@ -24,6 +26,8 @@ def main(levels=("triton", "cuda")) -> None:
         triton_paths(g)
     if "cuda" in levels:
         cuda_forward(g)
+    if "cuda" in levels or "cuda-bwd" in levels:
+        cuda_backward(g)
     torch.cuda.synchronize()
     print("sanitize_attention: all paths ran:", ", ".join(levels))
 
@@ -72,6 +76,41 @@ def cuda_forward(g) -> None:
         out = kp_attention.flash_attn_varlen(q, k, v, cu_q, cu_k, 57, 101, causal=True, backend="cuda")
         want = kp_attention.flash_attn_varlen(q, k, v, cu_q, cu_k, 57, 101, causal=True, backend="reference")
         _check(out, want, ("cuda", dtype, "varlen"))
+
+
+def cuda_backward(g) -> None:
+    """The CUDA level's backward: atomic dQ (csrc/hopper_bwd* at head dims 64 / 128 on sm_90, the
+    sm80-class kernels elsewhere) and deterministic (sm80-class dq kernel), GQA (with the Hopper
+    kernel's group split), masks, softcap, packed sequences; 300 one-step tiles, more than any
+    Hopper GPU's SMs."""
+    cases = [(2, 77, 130, 4, 1, dict(causal=True)), (2, 200, 200, 4, 2, dict(window=(50, 7))),
+             (2, 65, 33, 4, 2, dict(causal=True, window=(20, 0), softcap=5.0)), (1, 64, 128, 300, 300, {})]  # fmt: skip
+    dtype = torch.bfloat16
+    for d in (64, 128, 96):
+        for deterministic in (False, True):
+            for b, sq, sk, hq, hkv, opts in cases:
+                q = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, generator=g).requires_grad_(True)
+                k = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype, generator=g).requires_grad_(True)
+                v = torch.randn(b, sk, hkv, d, device="cuda", dtype=dtype, generator=g).requires_grad_(True)
+                do = torch.randn(b, sq, hq, d, device="cuda", dtype=dtype, generator=g)
+                _check_grads(lambda **kw: kp_attention.flash_attn(q, k, v, **opts, **kw), (q, k, v), do, deterministic,
+                             ("cuda bwd", d, deterministic, b, sq, sk, hq, opts))  # fmt: skip
+    cu_q = torch.tensor([0, 33, 33, 90, 99], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 40, 49, 49, 300], dtype=torch.int32, device="cuda")
+    for d in (64, 128):
+        q = torch.randn(99, 4, d, device="cuda", dtype=dtype, generator=g).requires_grad_(True)
+        k = torch.randn(300, 2, d, device="cuda", dtype=dtype, generator=g).requires_grad_(True)
+        v = torch.randn(300, 2, d, device="cuda", dtype=dtype, generator=g).requires_grad_(True)
+        do = torch.randn(99, 4, d, device="cuda", dtype=dtype, generator=g)
+        _check_grads(lambda **kw: kp_attention.flash_attn_varlen(q, k, v, cu_q, cu_k, 57, 251, causal=True, **kw),
+                     (q, k, v), do, False, ("cuda bwd varlen", d))  # fmt: skip
+
+
+def _check_grads(call, inputs, do, deterministic, what):
+    got = torch.autograd.grad(call(backend="cuda", deterministic=deterministic), inputs, do)
+    want = torch.autograd.grad(call(backend="reference"), inputs, do)
+    for name, a, b in zip(("dq", "dk", "dv"), got, want):
+        _check(a, b, (*what, name))
 
 
 if __name__ == "__main__":
