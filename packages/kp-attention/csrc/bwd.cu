@@ -53,12 +53,15 @@ void launch_rows(const BwdArgs& a, const BwdParams& p, int device, cudaStream_t 
   const int64_t rows = (varlen ? 1 : a.batch) * seqlen * a.heads_q;
   if (rows == 0) return;
   if (!after) {
-    const int64_t blocks = (rows + 7) / 8;
+    int lanes = 1;  // a power of two covering d / 8 lanes of 16 bytes
+    while (lanes < 32 && 8 * lanes < a.head_dim) lanes *= 2;
+    const int64_t per_block = 256 / lanes;
+    const int64_t blocks = (rows + per_block - 1) / per_block;
     KP_CHECK_ARG(blocks <= kMaxInt, "kp_attention: too many rows for the backward's delta kernel");
     kp::launch(&bwd::delta_kernel<T2>, device, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, stream, 1,
                static_cast<const T2*>(a.out), static_cast<const T2*>(a.dout), a.delta, a.dq_accum, rows, seqlen,
-               static_cast<int>(a.heads_q), static_cast<int>(a.head_dim), varlen ? int64_t{0} : a.do_batch, a.do_row,
-               a.do_head);
+               static_cast<int>(a.heads_q), static_cast<int>(a.head_dim), lanes, varlen ? int64_t{0} : a.do_batch,
+               a.do_row, a.do_head);
   } else if (a.dq_accum != nullptr) {
     const int64_t n4 = rows * a.head_dim / 4;
     const int64_t blocks = (n4 + 255) / 256 < 65536 ? (n4 + 255) / 256 : 65536;
