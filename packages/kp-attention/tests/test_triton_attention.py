@@ -232,6 +232,25 @@ def test_offsets_past_2_31_elements(seed):
 
 
 
+@pytest.mark.gpu
+@pytest.mark.large
+def test_backward_tiles_spanning_2_31_elements(seed):
+    """k and v with a row stride of 2^25 + 2^20 elements: a 64-key tile of them spans more than 2^31
+    (63 rows past its first: 2.24e9), so the dq loop takes its tile offsets in int64 (_wide); the
+    gradients equal those of contiguous copies exactly (same tiles, same sums)."""
+    keys, stride = 70, 2**25 + 2**20
+    gen = kt.generator(seed, "cuda")
+    k, v = (torch.empty((keys, stride), dtype=torch.float16, device="cuda")[:, :64].normal_(generator=gen)[None, :, None]
+            for _ in range(2))  # fmt: skip
+    assert k.stride(1) == stride and ta._wide(64, (stride,))
+    q, do = (kt.randn((1, 50, 2, 64), dtype=torch.float16, device="cuda", seed=seed + i) for i in (1, 2))
+    args = (0.125, True, -1, -1, 0.0, 30)
+    out, lse = ta.attention_fwd(q, k, v, *args)
+    got = ta.attention_bwd(do, q, k, v, out, lse, *args)
+    want = ta.attention_bwd(do, q, k.contiguous(), v.contiguous(), out, lse, *args)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
 # The loops' split into masked and mask-free tiles (_key_tiles for the forward and dq kernels,
 # _query_tiles for the dk/dv kernel) against brute force over the visibility matrix: the three
 # ranges cover exactly the tiles of [lo, hi), in order, and the middle one is exactly the tiles
@@ -292,7 +311,7 @@ def _expected_ranges(keys, pid, vis, d, left, right, causal, has_left, has_right
         block = vis[first:last + 1]
         whole = {t for t in range(lo, hi, bn) if t + bn <= sk and bool(block[:, t:t + bn].all())}
         seen = block.any(0).nonzero().flatten().tolist()
-    else:  # the keys of key block pid against row tiles of bm; rows >= sq add exactly 0
+    else:  # the keys of key block pid against row tiles of bm; rows >= sq add exactly 0 (whole tiles have none)
         first, last = pid * bn, min(pid * bn + bn, sk) - 1
         lo, hi = (max(first - d, 0) if causal else 0), sq
         if has_right:
@@ -301,7 +320,7 @@ def _expected_ranges(keys, pid, vis, d, left, right, causal, has_left, has_right
             hi = min(hi, last - d + left + 1)
         lo, step = lo // bm * bm, bm
         block = vis[:, first:last + 1]
-        whole = {t for t in range(lo, hi, bm) if first + bn <= sk and bool(block[t:t + bm].all())}
+        whole = {t for t in range(lo, hi, bm) if first + bn <= sk and t + bm <= sq and bool(block[t:t + bm].all())}
         seen = block.any(1).nonzero().flatten().tolist()
     assert all(lo <= x < hi for x in seen)  # every visible pair is inside the loop
     return lo, hi, step, whole
@@ -339,13 +358,19 @@ BLOCK_SHAPES = [  # (forward, dk/dv, dq) tables
     ((32, 16),) * 3,
     ((16, 32),) * 3,
     ((16, 16), (16, 32), (32, 16)),  # the backward's kernels on different tiles (and delta on dq's BLOCK_M)
+    ((16, 16), (16, 32, 4, 2, True), (32, 16)),  # both in one launch (Blocks.fused), on different tiles
+    ((16, 16), (32, 16, 4, 2, True), (16, 32)),
 ]
 
 
-@pytest.fixture(params=BLOCK_SHAPES, ids=lambda b: "blocks" + "-".join(f"{m}x{n}" for m, n in b))
+def _blocks_id(shapes):
+    return "blocks" + "-".join(f"{b[0]}x{b[1]}" + ("f" if len(b) > 4 and b[4] else "") for b in shapes)
+
+
+@pytest.fixture(params=BLOCK_SHAPES, ids=_blocks_id)
 def block_shapes(request, monkeypatch):
     """BLOCK_M = BLOCK_N and BLOCK_M != BLOCK_N both ways, and the backward's two kernels on
-    different tiles."""
+    different tiles, in two launches and in one (fused)."""
     for tables in (TABLES_16BIT, TABLES_FP32):
         for table, blocks in zip(tables, request.param):
             for key in list(table):

@@ -5,13 +5,15 @@ may see, keeping the running max and sum of an online softmax in exp2 form, all 
 the output once. It also writes lse (natural log, fp32) for the backward.
 
 Backward, deterministic (no atomics):
-  1. delta[b, h, i] = sum_d do * out                       (fp32, one program per row block)
+  1. delta[b, h, i] = sum_d do * out and lse2 = lse * log2(e) (0 for -inf)  (fp32, a row block a program)
   2. one program per (key block, batch x kv head) loops over the query heads of its GQA group and
      over the query rows that may see the block, accumulating dk and dv in registers;
   3. one program per (query block, batch x query head) loops over the key blocks for dq.
+  (2 and 3 run as one launch where DKDV_BLOCKS's row says fused: _bwd_fused_kernel.)
 With p = exp(s - lse) recomputed: dv = p^T do, dp = do v^T, ds = p (dp - delta) (the gradient of
 the softcapped score s), and with t = tanh(scale * qk / softcap), s = softcap * t:
-    d s / d qk = scale * (1 - t^2)   (scale without softcap),   dq = dqk k,   dk = dqk^T q.
+    d s / d qk = scale * (1 - t^2)   (scale without softcap),   dq = dqk k,   dk = dqk^T q,
+the constant scale applied once to the finished dq and dk.
 
 Which keys row i sees (d = diagonal): causal j <= i + d; left >= 0: j >= i + d - left; right >= 0:
 j <= i + d + right. A row that sees none gives out = 0, lse = -inf and no gradient: every exp() is
@@ -45,11 +47,13 @@ from kp_core.registry import on_device_of
 
 class Blocks(NamedTuple):
     """A launch configuration: BLOCK_M query rows and BLOCK_N keys a tile, with Triton's warps and
-    software-pipeline stages."""
+    software-pipeline stages. fused (DKDV_BLOCKS only): the dq programs (DQ_BLOCKS's tiles) ride in
+    the dk/dv launch, one kernel at this row's warps and stages (_bwd_fused_kernel)."""
     block_m: int
     block_n: int
     num_warps: int = 4
     num_stages: int = 2
+    fused: bool = False
 
 
 # Launch configurations by padded head dim, for the forward and for the backward (dk/dv kernel:
@@ -71,9 +75,17 @@ FWD_BLOCKS = {
 }
 # The backward's two kernels, each its own table: dk/dv (BLOCK_N keys a program, BLOCK_M query rows
 # a step) and dq (BLOCK_M query rows a program, BLOCK_N keys a step); the delta kernel takes dq's
-# BLOCK_M. Both at the first sweep's shared best until they are swept apart.
+# BLOCK_M. H200, 2026-11-28 (.ab/scripts/tri_bwd_sweep.py, bf16 d128, 16K tokens, whole backward,
+# x compiled Flex at s1024 / 4096 / 16384, causal the same, GQA 16:2 at 4096), after the loops lost
+# their per-tile scale and lse conversion:
+#   dk/dv 64 x 64 x 4 x 2, dq 128 x 64 x 8 x 3   x1.03 / 0.97 / 0.97, causal x1.22 / 1.05 / 1.05, GQA x1.07
+#   both 64 x 64 x 4 x 2                         x1.02 / 0.96 / 0.95, causal x1.24 / 1.03 / 1.04, GQA x1.05
+#   Flex's tiles (dk/dv 64 x 128 x 8 x 3, fused)  x1.04 / 1.00 / 0.97, causal x1.15 / 1.04 / 1.01, GQA x0.91
+#   Flex's tiles, two launches                   x0.98 / 0.96 / 0.95, causal x1.10 / 1.00 / 1.00, GQA x1.01
+# (FlexAttention's own sm_90 d128 row: torch/_inductor template_heuristics FlexBwDConfig(64, 128,
+# 128, 64, 3 stages, 8 warps), one launch.)
 DKDV_BLOCKS = {16: Blocks(64, 64), 32: Blocks(64, 64), 64: Blocks(64, 64), 128: Blocks(64, 64), 256: Blocks(32, 32)}
-DQ_BLOCKS = {16: Blocks(64, 64), 32: Blocks(64, 64), 64: Blocks(64, 64), 128: Blocks(64, 64), 256: Blocks(32, 32)}
+DQ_BLOCKS = {16: Blocks(64, 64), 32: Blocks(64, 64), 64: Blocks(64, 64), 128: Blocks(128, 64, 8, 3), 256: Blocks(32, 32)}
 
 # fp32 inputs: the tiles hold 4-byte elements, twice the smem of the 16-bit rows above (the
 # forward's 128 x 128 x 3 stages at d128 asked 384 KB of the 227 a block may have: H200, 2026-11-28).
@@ -144,12 +156,15 @@ def _scores(qk, qk_scale, scale, softcap, SOFTCAP: tl.constexpr):
 
 
 @triton.jit
-def _dscores(ds, t, scale, SOFTCAP: tl.constexpr):
-    """The gradient w.r.t. q . k from ds, the one w.r.t. the (softcapped) score: with t = tanh(scale
-    qk / softcap), s = softcap t, d s / d qk = scale (1 - t^2); scale without softcap."""
+def _dscores(ds, t, SOFTCAP: tl.constexpr):
+    """The gradient w.r.t. q . k from ds, the one w.r.t. the (softcapped) score, divided by scale:
+    with t = tanh(scale qk / softcap), s = softcap t, d s / d qk = scale (1 - t^2) (scale without
+    softcap). The constant scale waits for the end: the kernels multiply the finished dq and dk by
+    it once (FlexAttention's order) instead of every tile's ds (sm_90 SASS: 32 FMUL of a 64 x 64
+    step, one per element a thread holds)."""
     if SOFTCAP:
-        return ds * (scale * (1.0 - t * t))
-    return ds * scale
+        return ds * (1.0 - t * t)
+    return ds
 
 
 @triton.jit
@@ -196,6 +211,14 @@ def _query_block(CU_Q, CU_K, n_blocks, seqlen_q, seqlen_k, diagonal, heads_q, gr
     its rows and head-dim lanes and which of them exist, its sequence (_sequence: bq, bk, the
     offset of its lse / delta rows, seqlen_q, seqlen_k, diagonal); 64-bit offsets."""
     pid_m, bh = _program(n_blocks)
+    return _query_block_at(pid_m, bh, CU_Q, CU_K, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim, VARLEN,
+                           BLOCK_M, BLOCK_D)  # fmt: skip
+
+
+@triton.jit
+def _query_block_at(pid_m, bh, CU_Q, CU_K, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim: tl.constexpr,
+                    VARLEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):  # fmt: skip
+    """_query_block of the query block pid_m of batch x head bh (int64)."""
     b = bh // heads_q
     h = bh % heads_q
     bq, bk, stat0, stat_h, seqlen_q, seqlen_k, diagonal = _sequence(CU_Q, CU_K, b, heads_q, seqlen_q, seqlen_k,
@@ -261,9 +284,10 @@ def _key_tiles(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL: tl.cons
 def _query_tiles(pid_n, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
                  HAS_RIGHT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
     """(lo, mid_lo, mid_hi, hi): the query rows [lo, hi) that may see the key block pid_n (lo
-    rounded down to a row block), and the row blocks [mid_lo, mid_hi) each row of which sees every
-    key of the block. A block that runs past seqlen_k has none (its padded keys, never stored, are
-    kept out of exp2 that way too). Rows >= seqlen_q need no mask: their q, do, lse and delta are
+    rounded down to a row block), and the row blocks [mid_lo, mid_hi) whose rows all exist (< seqlen_q:
+    the mask-free loads take no row mask) and each see every key of the block. A block that runs
+    past seqlen_k has none (its padded keys, never stored, are kept out of exp2 that way too). In
+    the masked blocks, rows >= seqlen_q need no visibility mask: their q, do, lse and delta are
     loaded as 0, so p = exp2(0 - 0) = 1 and both p do and ds = p (do v - delta) are exactly 0."""
     first = pid_n * BLOCK_N
     last = tl.minimum(first + BLOCK_N, seqlen_k) - 1
@@ -276,12 +300,12 @@ def _query_tiles(pid_n, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL: tl.co
     if HAS_RIGHT:
         lo = tl.maximum(lo, first - diagonal - right)
         full_lo = tl.maximum(full_lo, last - diagonal - right)
-    full_hi = hi
+    full_hi = seqlen_q  # whole row blocks end at seqlen_q's last one
     if HAS_LEFT:
         hi = tl.minimum(hi, last - diagonal + left + 1)
-        # one past the last row that sees the block's first key; past seqlen_q: every row does
-        edge = first - diagonal + left + 1
-        full_hi = tl.where(edge >= seqlen_q, hi, _align_down(edge, BLOCK_M))
+        # one past the last row that sees the block's first key
+        full_hi = tl.minimum(full_hi, first - diagonal + left + 1)
+    full_hi = _align_down(full_hi, BLOCK_M)
     full_lo = tl.where(first + BLOCK_N > seqlen_k, hi, full_lo)
     return _split(lo, full_lo, full_hi, hi, BLOCK_M)
 
@@ -387,36 +411,57 @@ def _fwd_kernel(
 
 @triton.jit
 def _bwd_delta_kernel(
-    O, DO, DELTA, n_blocks, seqlen_q, heads_q, head_dim: tl.constexpr, sob, sos, soh, sdb, sds, sdh,
+    O, DO, LSE, STATS, n_blocks, seqlen_q, heads_q, head_dim: tl.constexpr, sob, sos, soh, sdb, sds, sdh,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
+    """A row's (lse2, delta), side by side in STATS (8 bytes a row, one load for both in the other
+    kernels): lse2 = _lse2(lse), lse in log2 units with 0 for -inf, taken once a row here instead of
+    once a tile in the loops of the dk/dv kernel, and delta = sum_d do * out. sm_90 SASS (Triton
+    3.6) of the mask-free 64 x 64 d128 dk/dv step: _lse2 took 48 instructions of 590, and lse and
+    delta as two loads 16 cp.async and 16 address IMADs a thread, side by side 1 and 0."""
     pid_m, bh = _program(n_blocks)
     b = bh // heads_q
     h = bh % heads_q
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rows64 = rows.to(tl.int64)
     dims = tl.arange(0, BLOCK_D)
-    mask = (rows < seqlen_q)[:, None] & (dims < head_dim)[None, :]
+    row_ok = rows < seqlen_q
+    mask = row_ok[:, None] & (dims < head_dim)[None, :]
     o = tl.load(O + b * sob + h * soh + rows64[:, None] * sos + dims[None, :], mask=mask, other=0.0)
     do = tl.load(DO + b * sdb + h * sdh + rows64[:, None] * sds + dims[None, :], mask=mask, other=0.0)
     delta = tl.sum(o.to(tl.float32) * do.to(tl.float32), 1)
-    tl.store(DELTA + bh * seqlen_q + rows64, delta, mask=rows < seqlen_q)
+    stat = bh * seqlen_q + rows64
+    tl.store(STATS + 2 * stat, _lse2(tl.load(LSE + stat, mask=row_ok, other=0.0)), mask=row_ok)
+    tl.store(STATS + 2 * stat + 1, delta, mask=row_ok)
+
+
+@triton.jit
+def _tile_offsets(idx, stride, dims, WIDE: tl.constexpr):
+    """The offsets of a tile's elements from its first row, loop-invariant, [rows, dims]: idx (the
+    arange of the tile's rows) times the row stride, plus the head-dim lanes. int32 unless WIDE (a tile spans 2^31 elements or more: _wide). The dq loop adds
+    the 64-bit part, the tile's first row times the stride, as one scalar a tile instead of a 64-bit
+    multiply a row (sm_90 SASS, Triton 3.6, the mask-free 128 x 64 d128 dq step: 321 -> 294
+    instructions). Not in the dk/dv loop: held across it, these offsets cost that kernel (at 255
+    registers) spills and serialized wgmma (ptxas C7515)."""
+    if WIDE:
+        idx = idx.to(tl.int64)
+    return idx[:, None] * stride + dims[None, :]
 
 
 @triton.jit
 def _probs_and_dscores(q, k, v, do, lse2, delta, rows, cols, seqlen_k, qk_scale, scale, softcap, diagonal, left,
                        right, MASK: tl.constexpr, CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr,
                        HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr):  # fmt: skip
-    """(p, dqk) for a [BLOCK_M, BLOCK_N] tile: the probabilities and the gradient w.r.t. q . k.
-    lse2: lse in log2 units, 0 standing in for the -inf of rows that see no key (_lse2); MASK off:
-    every row of the tile sees every key of it (then no row of it has lse -inf)."""
+    """(p, dqk / scale) for a [BLOCK_M, BLOCK_N] tile: the probabilities and the gradient w.r.t.
+    q . k without its constant factor scale (the kernels apply it once, to the finished dq / dk).
+    lse2: _lse2's; MASK off: every row of the tile sees every key of it (then no row of it has lse -inf)."""
     s, t = _scores(tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION), qk_scale, scale, softcap, SOFTCAP)
     p = tl.exp2(s - lse2[:, None])
     if MASK:
         ok = _visible(rows, cols, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT)
         p = tl.where(ok, p, 0.0)
     dp = tl.dot(do, tl.trans(v), input_precision=DOT_PRECISION)
-    return p, _dscores(p * (dp - delta[:, None]), t, scale, SOFTCAP)
+    return p, _dscores(p * (dp - delta[:, None]), t, SOFTCAP)
 
 
 @triton.jit
@@ -427,25 +472,31 @@ def _lse2(lse):
 
 
 @triton.jit
-def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE, DELTA, stat_base, cols, dims, dim_ok, tile_lo, tile_hi,
+def _dkdv_tiles(dk, dv, k, v, q_base, do_base, stats_base, cols, dims, dim_ok, tile_lo, tile_hi,
                 seqlen_q, seqlen_k, sqs, sds, qk_scale, scale, softcap, diagonal, left, right, MASK: tl.constexpr,
                 CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
                 DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr):  # fmt: skip
-    """dk, dv of one key block accumulated over the query rows [tile_lo, tile_hi) of one head.
+    """dk / scale, dv of one key block accumulated over the query rows [tile_lo, tile_hi) of one head.
     The tile is worked on transposed, keys by rows (s^T = k q^T, p^T, dp^T = v do^T): the products
     dv += p^T do and dk += ds^T q then take p^T and ds^T as they come out of registers, and only
     loaded operands (q^T, do) are transposed, which the tensor cores read from shared memory either
-    way; the row-major form needed p and ds transposed in registers, a round trip through smem."""
+    way; the row-major form needed p and ds transposed in registers, a round trip through smem.
+    MASK off: every row of every tile exists (_query_tiles), so the loads take no row mask."""
     for start in range(tile_lo, tile_hi, BLOCK_M):
         rows = start + tl.arange(0, BLOCK_M)
         rows64 = rows.to(tl.int64)
-        row_ok = rows < seqlen_q  # rows past seqlen_q load as 0 and add exactly 0 (_query_tiles)
-        q_t = tl.load(q_base + rows64[None, :] * sqs + dims[:, None], mask=dim_ok[:, None] & row_ok[None, :],
-                      other=0.0)  # fmt: skip
-        do = tl.load(do_base + rows64[:, None] * sds + dims[None, :], mask=row_ok[:, None] & dim_ok[None, :],
-                     other=0.0)  # fmt: skip
-        lse2 = _lse2(tl.load(LSE + stat_base + rows64, mask=row_ok, other=0.0))
-        delta = tl.load(DELTA + stat_base + rows64, mask=row_ok, other=0.0)
+        q_ptrs = q_base + rows64[None, :] * sqs + dims[:, None]
+        do_ptrs = do_base + rows64[:, None] * sds + dims[None, :]
+        stats_ptrs = stats_base + 2 * rows[:, None] + tl.arange(0, 2)[None, :]  # (lse2, delta) a row
+        if MASK:  # rows past seqlen_q load as 0 and add exactly 0 (_query_tiles)
+            row_ok = rows < seqlen_q
+            q_t = tl.load(q_ptrs, mask=dim_ok[:, None] & row_ok[None, :], other=0.0)
+            do = tl.load(do_ptrs, mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+            lse2, delta = tl.split(tl.load(stats_ptrs, mask=row_ok[:, None], other=0.0))
+        else:
+            q_t = tl.load(q_ptrs, mask=dim_ok[:, None], other=0.0)
+            do = tl.load(do_ptrs, mask=dim_ok[None, :], other=0.0)
+            lse2, delta = tl.split(tl.load(stats_ptrs))
         s_t, t_t = _scores(tl.dot(k, q_t, input_precision=DOT_PRECISION), qk_scale, scale, softcap, SOFTCAP)
         p_t = tl.exp2(s_t - lse2[None, :])
         if MASK:
@@ -453,22 +504,22 @@ def _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE, DELTA, stat_base, cols, dims
             p_t = tl.where(ok, p_t, 0.0)
         dv += tl.dot(p_t.to(do.dtype), do, input_precision=DOT_PRECISION)
         dp_t = tl.dot(v, tl.trans(do), input_precision=DOT_PRECISION)
-        dqk_t = _dscores(p_t * (dp_t - delta[None, :]), t_t, scale, SOFTCAP)
+        dqk_t = _dscores(p_t * (dp_t - delta[None, :]), t_t, SOFTCAP)
         dk += tl.dot(dqk_t.to(q_t.dtype), tl.trans(q_t), input_precision=DOT_PRECISION)
     return dk, dv
 
 
 @triton.jit
-def _bwd_dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, DK, DV, CU_Q, CU_K, n_blocks,
+def _dkdv_program(
+    pid_n, bhk, Q, K, V, DO, STATS, DK, DV, CU_Q, CU_K,
     seqlen_q, seqlen_k, heads_kv, group, head_dim: tl.constexpr,
     sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdkb, sdks, sdkh,
     scale, softcap, diagonal, left, right,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    VARLEN: tl.constexpr = False,
+    VARLEN: tl.constexpr,
 ):  # fmt: skip
-    pid_n, bhk = _program(n_blocks)
+    """dk, dv of key block pid_n of batch x kv head bhk (int64), summed over its GQA group."""
     b = bhk // heads_kv
     hk = bhk % heads_kv
     heads_q = heads_kv * group
@@ -497,32 +548,54 @@ def _bwd_dkdv_kernel(
         h = hk * group + g
         q_base = Q + bq * sqb + h * sqh
         do_base = DO + bq * sdb + h * sdh
-        stat_base = stat0 + h * stat_h
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE, DELTA, stat_base, cols, dims, dim_ok, lo, mid_lo,
-                             seqlen_q, seqlen_k, sqs, sds, qk_scale, scale, softcap, diagonal, left, right, True,
-                             CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION, BLOCK_M)  # fmt: skip
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE, DELTA, stat_base, cols, dims, dim_ok, mid_lo,
-                             mid_hi, seqlen_q, seqlen_k, sqs, sds, qk_scale, scale, softcap, diagonal, left, right,
-                             False, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION, BLOCK_M)  # fmt: skip
-        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, LSE, DELTA, stat_base, cols, dims, dim_ok, mid_hi, hi,
-                             seqlen_q, seqlen_k, sqs, sds, qk_scale, scale, softcap, diagonal, left, right, True,
-                             CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION, BLOCK_M)  # fmt: skip
+        stats_base = STATS + 2 * (stat0 + h * stat_h)
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, stats_base, cols, dims, dim_ok, lo, mid_lo, seqlen_q,
+                             seqlen_k, sqs, sds, qk_scale, scale, softcap, diagonal, left, right, True, CAUSAL,
+                             HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION, BLOCK_M)  # fmt: skip
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, stats_base, cols, dims, dim_ok, mid_lo, mid_hi, seqlen_q,
+                             seqlen_k, sqs, sds, qk_scale, scale, softcap, diagonal, left, right, False, CAUSAL,
+                             HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION, BLOCK_M)  # fmt: skip
+        dk, dv = _dkdv_tiles(dk, dv, k, v, q_base, do_base, stats_base, cols, dims, dim_ok, mid_hi, hi, seqlen_q,
+                             seqlen_k, sqs, sds, qk_scale, scale, softcap, diagonal, left, right, True, CAUSAL,
+                             HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION, BLOCK_M)  # fmt: skip
 
     out = bk * sdkb + hk * sdkh + cols64[:, None] * sdks + dims[None, :]
-    tl.store(DK + out, dk.to(DK.dtype.element_ty), mask=kv_mask)
+    tl.store(DK + out, (dk * scale).to(DK.dtype.element_ty), mask=kv_mask)
     tl.store(DV + out, dv.to(DV.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
-def _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, rows, dims, dim_ok, tile_lo, tile_hi, seqlen_k, sks, svs,
-              qk_scale, scale, softcap, diagonal, left, right, MASK: tl.constexpr, CAUSAL: tl.constexpr,
+def _bwd_dkdv_kernel(
+    Q, K, V, DO, STATS, DK, DV, CU_Q, CU_K, n_blocks,
+    seqlen_q, seqlen_k, heads_kv, group, head_dim: tl.constexpr,
+    sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdkb, sdks, sdkh,
+    scale, softcap, diagonal, left, right,
+    CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    VARLEN: tl.constexpr = False,
+):  # fmt: skip
+    pid_n, bhk = _program(n_blocks)
+    _dkdv_program(pid_n, bhk, Q, K, V, DO, STATS, DK, DV, CU_Q, CU_K, seqlen_q, seqlen_k, heads_kv, group, head_dim,
+                  sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdkb, sdks, sdkh, scale, softcap,
+                  diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION, BLOCK_M, BLOCK_N,
+                  BLOCK_D, VARLEN)  # fmt: skip
+
+
+@triton.jit
+def _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, k_off, v_off, rows, dim_ok, tile_lo, tile_hi, seqlen_k, sks,
+              svs, qk_scale, scale, softcap, diagonal, left, right, MASK: tl.constexpr, CAUSAL: tl.constexpr,
               HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr, DOT_PRECISION: tl.constexpr,
               BLOCK_N: tl.constexpr):  # fmt: skip
-    """dq of one query block accumulated over the key blocks [tile_lo, tile_hi)."""
+    """dq / scale of one query block accumulated over the key blocks [tile_lo, tile_hi)."""
     for start in range(tile_lo, tile_hi, BLOCK_N):
-        cols, cols64, kv_mask = _key_tile(start, seqlen_k, dim_ok, MASK, BLOCK_N)
-        k = tl.load(k_base + cols64[:, None] * sks + dims[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(v_base + cols64[:, None] * svs + dims[None, :], mask=kv_mask, other=0.0)
+        cols = start + tl.arange(0, BLOCK_N)
+        start64 = tl.cast(start, tl.int64)  # (a Python int under the interpreter)
+        if MASK:
+            kv_mask = (cols < seqlen_k)[:, None] & dim_ok[None, :]
+        else:  # a mask-free tile lies wholly before seqlen_k
+            kv_mask = dim_ok[None, :]
+        k = tl.load(k_base + start64 * sks + k_off, mask=kv_mask, other=0.0)
+        v = tl.load(v_base + start64 * svs + v_off, mask=kv_mask, other=0.0)
         p, dqk = _probs_and_dscores(q, k, v, do, lse2, delta, rows, cols, seqlen_k, qk_scale, scale, softcap,
                                     diagonal, left, right, MASK, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP,
                                     DOT_PRECISION)  # fmt: skip
@@ -531,17 +604,18 @@ def _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, rows, dims, dim_ok, tile_l
 
 
 @triton.jit
-def _bwd_dq_kernel(
-    Q, K, V, DO, LSE, DELTA, DQ, CU_Q, CU_K, n_blocks,
+def _dq_program(
+    pid_m, bh, Q, K, V, DO, STATS, DQ, CU_Q, CU_K,
     seqlen_q, seqlen_k, heads_q, group, head_dim: tl.constexpr,
     sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdqb, sdqs, sdqh,
     scale, softcap, diagonal, left, right,
     CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
     DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-    VARLEN: tl.constexpr = False,
+    VARLEN: tl.constexpr, WIDE: tl.constexpr,
 ):  # fmt: skip
-    pid_m, h, hk, rows, rows64, dims, row_ok, dim_ok, bq, bk, stat, seqlen_q, seqlen_k, diagonal = _query_block(
-        CU_Q, CU_K, n_blocks, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim, VARLEN, BLOCK_M,
+    """dq of query block pid_m of batch x query head bh (int64)."""
+    pid_m, h, hk, rows, rows64, dims, row_ok, dim_ok, bq, bk, stat, seqlen_q, seqlen_k, diagonal = _query_block_at(
+        pid_m, bh, CU_Q, CU_K, seqlen_q, seqlen_k, diagonal, heads_q, group, head_dim, VARLEN, BLOCK_M,
         BLOCK_D)  # fmt: skip
     if VARLEN:
         if pid_m * BLOCK_M >= seqlen_q:  # the grid covers max_seqlen_q: past this sequence's end
@@ -549,28 +623,81 @@ def _bwd_dq_kernel(
     mask = row_ok[:, None] & dim_ok[None, :]
     q = tl.load(Q + bq * sqb + h * sqh + rows64[:, None] * sqs + dims[None, :], mask=mask, other=0.0)
     do = tl.load(DO + bq * sdb + h * sdh + rows64[:, None] * sds + dims[None, :], mask=mask, other=0.0)
-    lse2 = _lse2(tl.load(LSE + stat + rows64, mask=row_ok, other=0.0))
-    delta = tl.load(DELTA + stat + rows64, mask=row_ok, other=0.0)
+    lse2, delta = tl.split(tl.load(STATS + 2 * (stat + rows64)[:, None] + tl.arange(0, 2)[None, :],
+                                   mask=row_ok[:, None], other=0.0))  # fmt: skip
     k_base = K + bk * skb + hk * skh
     v_base = V + bk * svb + hk * svh
+    k_off = _tile_offsets(tl.arange(0, BLOCK_N), sks, dims, WIDE)
+    v_off = _tile_offsets(tl.arange(0, BLOCK_N), svs, dims, WIDE)
     qk_scale = scale * LOG2E
 
     lo, mid_lo, mid_hi, hi = _key_tiles(pid_m, seqlen_q, seqlen_k, diagonal, left, right, CAUSAL, HAS_LEFT,
                                         HAS_RIGHT, BLOCK_M, BLOCK_N)  # fmt: skip
 
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    dq = _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, rows, dims, dim_ok, lo, mid_lo, seqlen_k, sks, svs,
-                   qk_scale, scale, softcap, diagonal, left, right, True, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP,
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, k_off, v_off, rows, dim_ok, lo, mid_lo, seqlen_k, sks,
+                   svs, qk_scale, scale, softcap, diagonal, left, right, True, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP,
                    DOT_PRECISION, BLOCK_N)  # fmt: skip
-    dq = _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, rows, dims, dim_ok, mid_lo, mid_hi, seqlen_k, sks, svs,
-                   qk_scale, scale, softcap, diagonal, left, right, False, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP,
-                   DOT_PRECISION, BLOCK_N)  # fmt: skip
-    dq = _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, rows, dims, dim_ok, mid_hi, hi, seqlen_k, sks, svs,
-                   qk_scale, scale, softcap, diagonal, left, right, True, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP,
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, k_off, v_off, rows, dim_ok, mid_lo, mid_hi, seqlen_k,
+                   sks, svs, qk_scale, scale, softcap, diagonal, left, right, False, CAUSAL, HAS_LEFT, HAS_RIGHT,
+                   SOFTCAP, DOT_PRECISION, BLOCK_N)  # fmt: skip
+    dq = _dq_tiles(dq, q, do, lse2, delta, k_base, v_base, k_off, v_off, rows, dim_ok, mid_hi, hi, seqlen_k, sks,
+                   svs, qk_scale, scale, softcap, diagonal, left, right, True, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP,
                    DOT_PRECISION, BLOCK_N)  # fmt: skip
 
-    tl.store(DQ + bq * sdqb + h * sdqh + rows64[:, None] * sdqs + dims[None, :], dq.to(DQ.dtype.element_ty),
-             mask=mask)  # fmt: skip
+    tl.store(DQ + bq * sdqb + h * sdqh + rows64[:, None] * sdqs + dims[None, :],
+             (dq * scale).to(DQ.dtype.element_ty), mask=mask)  # fmt: skip
+
+
+@triton.jit
+def _bwd_dq_kernel(
+    Q, K, V, DO, STATS, DQ, CU_Q, CU_K, n_blocks,
+    seqlen_q, seqlen_k, heads_q, group, head_dim: tl.constexpr,
+    sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdqb, sdqs, sdqh,
+    scale, softcap, diagonal, left, right,
+    CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    VARLEN: tl.constexpr = False, WIDE: tl.constexpr = False,
+):  # fmt: skip
+    pid_m, bh = _program(n_blocks)
+    _dq_program(pid_m, bh, Q, K, V, DO, STATS, DQ, CU_Q, CU_K, seqlen_q, seqlen_k, heads_q, group, head_dim,
+                sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdqb, sdqs, sdqh, scale, softcap,
+                diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION, BLOCK_M, BLOCK_N, BLOCK_D,
+                VARLEN, WIDE)  # fmt: skip
+
+
+@triton.jit
+def _bwd_fused_kernel(
+    Q, K, V, DO, STATS, DQ, DK, DV, CU_Q, CU_K, n_kv_blocks, n_q_blocks,
+    seqlen_q, seqlen_k, heads_kv, group, head_dim: tl.constexpr,
+    sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdqb, sdqs, sdqh, sdkb, sdks, sdkh,
+    scale, softcap, diagonal, left, right,
+    CAUSAL: tl.constexpr, HAS_LEFT: tl.constexpr, HAS_RIGHT: tl.constexpr, SOFTCAP: tl.constexpr,
+    DOT_PRECISION: tl.constexpr, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, BLOCK_M2: tl.constexpr,
+    BLOCK_N2: tl.constexpr, BLOCK_D: tl.constexpr, VARLEN: tl.constexpr = False, WIDE: tl.constexpr = False,
+):  # fmt: skip
+    """Both kernels in one launch (Blocks.fused, FlexAttention's backward layout): a batch x kv head
+    owns n_kv_blocks + group x n_q_blocks consecutive programs, its dk/dv programs (BLOCK_N1 keys,
+    BLOCK_M1 rows a step) first, then the dq programs of its query heads (BLOCK_M2 rows, BLOCK_N2
+    keys a step): one tail instead of two, and the dq programs start while the last dk/dv ones run."""
+    pid = tl.program_id(0)
+    per = n_kv_blocks + group * n_q_blocks
+    bhk = (pid // per).to(tl.int64)
+    r = pid % per
+    if r < n_kv_blocks:
+        _dkdv_program(r, bhk, Q, K, V, DO, STATS, DK, DV, CU_Q, CU_K, seqlen_q, seqlen_k, heads_kv, group, head_dim,
+                      sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh, sdkb, sdks, sdkh, scale, softcap,
+                      diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP, DOT_PRECISION, BLOCK_M1, BLOCK_N1,
+                      BLOCK_D, VARLEN)  # fmt: skip
+    else:
+        r -= n_kv_blocks
+        b = bhk // heads_kv
+        hk = bhk % heads_kv
+        bh = b * (heads_kv * group) + hk * group + r // n_q_blocks
+        _dq_program(r % n_q_blocks, bh, Q, K, V, DO, STATS, DQ, CU_Q, CU_K, seqlen_q, seqlen_k,
+                    heads_kv * group, group, head_dim, sqb, sqs, sqh, skb, sks, skh, svb, svs, svh, sdb, sds, sdh,
+                    sdqb, sdqs, sdqh, scale, softcap, diagonal, left, right, CAUSAL, HAS_LEFT, HAS_RIGHT, SOFTCAP,
+                    DOT_PRECISION, BLOCK_M2, BLOCK_N2, BLOCK_D, VARLEN, WIDE)  # fmt: skip
 
 
 def _check(*tensors: torch.Tensor) -> None:
@@ -593,13 +720,18 @@ def _scalars(scale, softcap, diagonal, left, right) -> tuple:
     return float(scale), float(softcap) if softcap > 0 else 1.0, int(diagonal), max(int(left), 0), max(int(right), 0)
 
 
+def _blocks(q: torch.Tensor, table: dict) -> Blocks:
+    """`table`'s row for q's padded head dim (the fp32 twin of the table for 4-byte inputs)."""
+    if q.element_size() == 4:
+        table = _FP32_TABLES.get(id(table), table)
+    return Blocks(*table[_block_d(q.shape[-1])])
+
+
 def _config(q: torch.Tensor, table: dict, scale, causal, left, right, softcap, diagonal) -> tuple:
     """(options, scalars): the kernels' constexprs and launch options from `table` by head dim, and
     (scale, softcap, diagonal, left, right) as the kernels take them."""
     block_d = _block_d(q.shape[-1])
-    if q.element_size() == 4:
-        table = _FP32_TABLES.get(id(table), table)
-    blocks = Blocks(*table[block_d])
+    blocks = _blocks(q, table)
     options = dict(_options(q, causal, left, right, softcap), BLOCK_M=blocks.block_m, BLOCK_N=blocks.block_n,
                    BLOCK_D=block_d, num_warps=blocks.num_warps, num_stages=blocks.num_stages)  # fmt: skip
     return options, _scalars(scale, softcap, diagonal, left, right)
@@ -640,7 +772,6 @@ def attention_bwd(do, q, k, v, out, lse, scale, causal, left, right, softcap, di
     heads that share a kv head. Rows that see no key contribute nothing (no NaN anywhere)."""
     batch, seqlen_q, heads_q, head_dim = q.shape
     seqlen_k, heads_kv = k.shape[1], k.shape[2]
-    group = heads_q // heads_kv
     dq = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
     dk = torch.empty((batch, seqlen_k, heads_kv, head_dim), dtype=q.dtype, device=q.device)
     dv = torch.empty_like(dk)
@@ -648,36 +779,75 @@ def attention_bwd(do, q, k, v, out, lse, scale, causal, left, right, softcap, di
         # no query row or no key: nothing flows anywhere
         return dq.zero_(), dk.zero_(), dv.zero_()
     _check(do, q, k, v, out)
-    lse = lse.contiguous()
-    dkdv, scalars = _config(q, DKDV_BLOCKS, scale, causal, left, right, softcap, diagonal)
-    dq_options, _ = _config(q, DQ_BLOCKS, scale, causal, left, right, softcap, diagonal)
-    block_m, block_d = dq_options["BLOCK_M"], dq_options["BLOCK_D"]
-    delta = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
     strides = (
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2),
     )  # fmt: skip
+    stats = _bwd_stats(q, batch, heads_q, seqlen_q)
     with on_device_of(q):
-        n_blocks = triton.cdiv(seqlen_q, block_m)
-        _bwd_delta_kernel[(n_blocks * batch * heads_q,)](
-            out, do, delta, n_blocks, seqlen_q, heads_q, head_dim, out.stride(0), out.stride(1), out.stride(2),
-            do.stride(0), do.stride(1), do.stride(2), BLOCK_M=block_m, BLOCK_D=block_d,
-        )  # fmt: skip
-        n_blocks = triton.cdiv(seqlen_k, dkdv["BLOCK_N"])
-        _bwd_dkdv_kernel[(n_blocks * batch * heads_kv,)](
-            q, k, v, do, lse, delta, dk, dv, None, None, n_blocks,
-            seqlen_q, seqlen_k, heads_kv, group, head_dim,
-            *strides, dk.stride(0), dk.stride(1), dk.stride(2),
-            *scalars, **dkdv,
-        )  # fmt: skip
-        n_blocks = triton.cdiv(seqlen_q, block_m)
-        _bwd_dq_kernel[(n_blocks * batch * heads_q,)](
-            q, k, v, do, lse, delta, dq, None, None, n_blocks,
-            seqlen_q, seqlen_k, heads_q, group, head_dim,
-            *strides, dq.stride(0), dq.stride(1), dq.stride(2),
-            *scalars, **dq_options,
-        )  # fmt: skip
+        # (lse2, delta) [B, Hq, Sq, 2]
+        _bwd_delta(out, do, lse, stats, batch, heads_q, seqlen_q, out.stride(0), out.stride(1), out.stride(2),
+                   do.stride(0), do.stride(1), do.stride(2))  # fmt: skip
+        _bwd_grads(q, k, v, do, stats, dq, dk, dv, None, None, batch, seqlen_q, seqlen_k, seqlen_q, seqlen_k,
+                   strides, (dq.stride(0), dq.stride(1), dq.stride(2)), (dk.stride(0), dk.stride(1), dk.stride(2)),
+                   scale, causal, left, right, softcap, diagonal, {})  # fmt: skip
     return dq, dk, dv
+
+
+def _bwd_stats(q, *shape) -> torch.Tensor:
+    """[*shape, 2] fp32: (lse2, delta) a row (lse in log2 units, 0 for -inf), the delta kernel's output."""
+    return torch.empty((*shape, 2), dtype=torch.float32, device=q.device)
+
+
+def _bwd_delta(out, do, lse, stats, batch, heads_q, seqlen_q, *strides) -> None:
+    """The delta kernel over [batch, heads_q, seqlen_q] rows (the packed rows of varlen as one batch
+    entry): stats[..., 0] = lse2, stats[..., 1] = delta, at lse's (contiguous) index."""
+    block_m, block_d = _blocks(out, DQ_BLOCKS).block_m, _block_d(out.shape[-1])  # dq's rows a program
+    n_blocks = triton.cdiv(seqlen_q, block_m)
+    _bwd_delta_kernel[(n_blocks * batch * heads_q,)](
+        out, do, lse.contiguous(), stats, n_blocks, seqlen_q, heads_q, out.shape[-1], *strides,
+        BLOCK_M=block_m, BLOCK_D=block_d,
+    )  # fmt: skip
+
+
+def _wide(rows: int, strides) -> bool:
+    """Whether the element offsets of a tile of `rows` rows at these row strides may reach 2^31 (then
+    the dq loop takes them in int64: _tile_offsets)."""
+    return max(strides) * rows + 256 >= 2**31
+
+
+def _bwd_grads(q, k, v, do, stats, dq, dk, dv, cu_q, cu_k, batch, max_q, max_k, seqlen_q, seqlen_k, strides,
+               dq_strides, dk_strides, scale, causal, left, right, softcap, diagonal, varlen: dict) -> None:
+    """The dk/dv and dq kernels (or, Blocks.fused in DKDV_BLOCKS's row, the one kernel that runs
+    both): max_q / max_k the longest sequences (the grids), seqlen_q / seqlen_k the kernels'
+    arguments (varlen: total_q, total_k)."""
+    heads_q, heads_kv, head_dim = q.shape[-2], k.shape[-2], q.shape[-1]
+    group = heads_q // heads_kv if heads_kv else 1
+    dkdv, scalars = _config(q, DKDV_BLOCKS, scale, causal, left, right, softcap, diagonal)
+    dq_options, _ = _config(q, DQ_BLOCKS, scale, causal, left, right, softcap, diagonal)
+    fused = _blocks(q, DKDV_BLOCKS).fused
+    wide = _wide(dq_options["BLOCK_N"], strides[4::3][:2])  # the row strides of k and v
+    n_kv = triton.cdiv(max_k, dkdv["BLOCK_N"])
+    n_q = triton.cdiv(max_q, dq_options["BLOCK_M"])
+    if fused:
+        options = {k_: v_ for k_, v_ in dkdv.items() if k_ not in ("BLOCK_M", "BLOCK_N")}
+        _bwd_fused_kernel[((n_kv + group * n_q) * batch * heads_kv,)](
+            q, k, v, do, stats, dq, dk, dv, cu_q, cu_k, n_kv, n_q,
+            seqlen_q, seqlen_k, heads_kv, group, head_dim, *strides, *dq_strides, *dk_strides, *scalars,
+            **options, BLOCK_M1=dkdv["BLOCK_M"], BLOCK_N1=dkdv["BLOCK_N"], BLOCK_M2=dq_options["BLOCK_M"],
+            BLOCK_N2=dq_options["BLOCK_N"], WIDE=wide, **varlen,
+        )  # fmt: skip
+        return
+    _bwd_dkdv_kernel[(n_kv * batch * heads_kv,)](
+        q, k, v, do, stats, dk, dv, cu_q, cu_k, n_kv,
+        seqlen_q, seqlen_k, heads_kv, group, head_dim, *strides, *dk_strides,
+        *scalars, **dkdv, **varlen,
+    )  # fmt: skip
+    _bwd_dq_kernel[(n_q * batch * heads_q,)](
+        q, k, v, do, stats, dq, cu_q, cu_k, n_q,
+        seqlen_q, seqlen_k, heads_q, group, head_dim, *strides, *dq_strides,
+        *scalars, **dq_options, WIDE=wide, **varlen,
+    )  # fmt: skip
 
 
 # Packed sequences (varlen): the same kernels with VARLEN on. Each program reads its sequence's
@@ -727,7 +897,6 @@ def attention_varlen_bwd(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_
     total_q, heads_q, head_dim = q.shape
     total_k, heads_kv = k.shape[0], k.shape[1]
     batch = cu_seqlens_q.numel() - 1
-    group = heads_q // heads_kv if heads_kv else 1
     dq = torch.empty((total_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
     dk = torch.empty((total_k, heads_kv, head_dim), dtype=q.dtype, device=q.device)
     dv = torch.empty_like(dk)
@@ -735,31 +904,14 @@ def attention_varlen_bwd(do, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_
         # no query row or no key: nothing flows anywhere
         return dq.zero_(), dk.zero_(), dv.zero_()
     _check(do, q, k, v, out)
-    lse = lse.contiguous()
-    dkdv, scalars = _config(q, DKDV_BLOCKS, scale, causal, left, right, softcap, 0)  # diagonal: per sequence
-    dq_options, _ = _config(q, DQ_BLOCKS, scale, causal, left, right, softcap, 0)
-    block_m, block_d = dq_options["BLOCK_M"], dq_options["BLOCK_D"]
-    delta = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device)
-    strides = _rows(q, k, v, do)
+    stats = _bwd_stats(q, heads_q, total_q)
     with on_device_of(q):
         # delta needs no sequence: the packed rows as one batch entry give [Hq, total_q] directly
-        n_blocks = triton.cdiv(total_q, block_m)
-        _bwd_delta_kernel[(n_blocks * heads_q,)](
-            out, do, delta, n_blocks, total_q, heads_q, head_dim, 0, out.stride(0), out.stride(1),
-            0, do.stride(0), do.stride(1), BLOCK_M=block_m, BLOCK_D=block_d,
-        )  # fmt: skip
-        n_blocks = triton.cdiv(max_seqlen_k, dkdv["BLOCK_N"])
-        _bwd_dkdv_kernel[(n_blocks * batch * heads_kv,)](
-            q, k, v, do, lse, delta, dk, dv, cu_seqlens_q, cu_seqlens_k, n_blocks,
-            total_q, total_k, heads_kv, group, head_dim, *strides, *_rows(dk),
-            *scalars, **dkdv, VARLEN=True,
-        )  # fmt: skip
-        n_blocks = triton.cdiv(max_seqlen_q, block_m)
-        _bwd_dq_kernel[(n_blocks * batch * heads_q,)](
-            q, k, v, do, lse, delta, dq, cu_seqlens_q, cu_seqlens_k, n_blocks,
-            total_q, total_k, heads_q, group, head_dim, *strides, *_rows(dq),
-            *scalars, **dq_options, VARLEN=True,
-        )  # fmt: skip
+        _bwd_delta(out, do, lse, stats, 1, heads_q, total_q, 0, out.stride(0), out.stride(1), 0, do.stride(0),
+                   do.stride(1))  # fmt: skip
+        _bwd_grads(q, k, v, do, stats, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, batch, max_seqlen_q, max_seqlen_k,
+                   total_q, total_k, _rows(q, k, v, do), _rows(dq), _rows(dk), scale, causal, left, right, softcap,
+                   0, dict(VARLEN=True))  # diagonal: per sequence  # fmt: skip
     return dq, dk, dv
 
 
