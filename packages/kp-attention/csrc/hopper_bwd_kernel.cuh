@@ -108,9 +108,9 @@ __device__ __forceinline__ void red_add2(float* dst, float a, float b) {
 // S^T and dP^T (rows: keys, columns: query rows) -> P^T in s, dS^T in dp, in one pass: the softcap
 // kernels (dS needs each score's tanh, kept for the pass). lse2, delta: the stage's rows in shared
 // memory. kMask: the block may hold pairs the query row does not see.
-template <bool kSoftcap, bool kMask, class S, class C>
-__device__ __forceinline__ void gradients(const BwdParams& p, S& s, S& dp, C const& coords, const float* lse2,
-                                          const float* delta, int key0, int row0, int seqlen_k, Band band) {
+template <bool kMask, class S, class C>
+__device__ __forceinline__ void softcap_gradients(const BwdParams& p, S& s, S& dp, C const& coords, const float* lse2,
+                                                  const float* delta, int key0, int row0, int seqlen_k, Band band) {
   using namespace cute;
   const float fs = p.negate ? -p.factor : p.factor;
   CUTE_UNROLL
@@ -119,20 +119,13 @@ __device__ __forceinline__ void gradients(const BwdParams& p, S& s, S& dp, C con
     const float l = lse2[col], dl = delta[col];
     CUTE_UNROLL
     for (int r = 0; r < size<0>(s); ++r) {
-      float x = s(r, c);
-      float t = 0.0f;
-      if constexpr (kSoftcap) {
-        t = fwd::tanh_accurate(x * p.tanh_scale);
-        x = t;
-      }
-      float pr = fwd::exp2_fast(fmaf(x, fs, -l));
+      const float t = fwd::tanh_accurate(s(r, c) * p.tanh_scale);
+      float pr = fwd::exp2_fast(fmaf(t, fs, -l));
       if constexpr (kMask) {
         if (!fwd::sees(row0 + col, key0 + get<0>(coords(r, c)), seqlen_k, band)) pr = 0.0f;
       }
-      float ds = pr * (dp(r, c) - dl);
-      if constexpr (kSoftcap) ds *= 1.0f - t * t;
       s(r, c) = pr;
-      dp(r, c) = ds;
+      dp(r, c) = pr * (dp(r, c) - dl) * (1.0f - t * t);
     }
   }
 }
@@ -370,9 +363,9 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) hopper_bwd_kernel(const __gri
             warpgroup_fence_operand(acc_s);
             warpgroup_fence_operand(acc_dp);
             if (mid)
-              gradients<true, false>(p, s, dp, coords, lse2, delta, key0, row0, w.seqlen_k, band);
+              softcap_gradients<false>(p, s, dp, coords, lse2, delta, key0, row0, w.seqlen_k, band);
             else
-              gradients<true, true>(p, s, dp, coords, lse2, delta, key0, row0, w.seqlen_k, band);
+              softcap_gradients<true>(p, s, dp, coords, lse2, delta, key0, row0, w.seqlen_k, band);
             to_16bit<T>(acc_s, p16);
             to_16bit<T>(acc_dp, ds16);
             warpgroup_fence_operand(tKrP);

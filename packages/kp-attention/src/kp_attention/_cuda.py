@@ -193,6 +193,20 @@ def _deterministic(deterministic: Optional[bool]) -> bool:
     return torch.are_deterministic_algorithms_enabled() if deterministic is None else bool(deterministic)
 
 
+def _may_split_groups(q, k, batch: int, seqlen_k: int) -> bool:
+    """Whether the Hopper backward may split a GQA group's heads over CTAs and so needs its fp32
+    scratch (csrc/hopper_bwd_launch.cuh decides, and splits only with the scratch given): on sm_90,
+    when a CTA a group (128-key blocks x batch x heads_kv) leaves fewer than 8 CTAs an SM. The
+    blocks are counted as 64-key ones here, so the test errs towards allocating."""
+    heads_q, heads_kv = q.shape[-2], k.shape[-2]
+    if heads_q == heads_kv or q.shape[-1] not in (64, 128):
+        return False
+    props = torch.cuda.get_device_properties(q.device)
+    if props.major != 9:
+        return False
+    return -(-seqlen_k // 64) * batch * heads_kv < 8 * props.multi_processor_count
+
+
 def _launch_bwd(do, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, batch, seqlen_q, seqlen_k, total_q, total_k, scale,
                 causal, left, right, softcap, diagonal, deterministic, batch_strides: bool) -> None:  # fmt: skip
     q, k, v, do = (_aligned(t) for t in (q, k, v, do))
@@ -200,10 +214,8 @@ def _launch_bwd(do, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, batch, seqlen_q, 
     sq, sk, sv, sd = (_strides(t) if batch_strides else (0, *_strides(t)) for t in (q, k, v, do))
     delta = torch.empty(lse.shape, dtype=torch.float32, device=q.device)
     dq_accum = None if deterministic else torch.empty(dq.shape, dtype=torch.float32, device=q.device)
-    # GQA with atomics: scratch for the Hopper kernel's split of a group's heads over CTAs (used and
-    # zeroed only when it splits: csrc/hopper_bwd.h)
-    grouped = not deterministic and q.shape[-2] != k.shape[-2]
-    dkv_accum = torch.empty(2 * dk.numel(), dtype=torch.float32, device=q.device) if grouped else None
+    dkv_accum = (torch.empty(2 * dk.numel(), dtype=torch.float32, device=q.device)
+                 if not deterministic and _may_split_groups(q, k, batch, seqlen_k) else None)  # fmt: skip
     index = q.device.index
     NATIVE.module.attention_bwd(
         q.data_ptr(), *sq, k.data_ptr(), *sk, v.data_ptr(), *sv, out.data_ptr(), do.data_ptr(), *sd,

@@ -77,11 +77,15 @@ def _setup_context(ctx, inputs, output):
     ctx.save_for_backward(q, k, v, *output, *offsets)
     ctx.options, ctx.backend = tuple(t for t in rest if not isinstance(t, torch.Tensor)), backend
     ctx.n_inputs = len(inputs)
+    # lse's gradient is never read (below): left unmaterialized, autograd launches no fill of zeros
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, run_bwd, dout, _dlse):
     # _dlse: the public functions send calls whose lse needs a gradient to the reference formula.
     q, k, v, *saved = ctx.saved_tensors  # out, lse[, cu_q, cu_k]: the backward op's order
+    if dout is None:  # out took no part in the loss
+        dout = torch.zeros_like(saved[0])
     twice = torch.is_grad_enabled() and any(t.requires_grad for t in (dout, q, k, v))
     with torch.no_grad():
         grads = run_bwd(dout if dout.stride(-1) == 1 else dout.contiguous(), q, k, v, *saved, *ctx.options,

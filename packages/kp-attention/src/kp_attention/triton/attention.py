@@ -826,7 +826,8 @@ def _bwd_grads(q, k, v, do, stats, dq, dk, dv, cu_q, cu_k, batch, max_q, max_k, 
     dkdv, scalars = _config(q, DKDV_BLOCKS, scale, causal, left, right, softcap, diagonal)
     dq_options, _ = _config(q, DQ_BLOCKS, scale, causal, left, right, softcap, diagonal)
     fused = _blocks(q, DKDV_BLOCKS).fused
-    wide = _wide(dq_options["BLOCK_N"], strides[4::3][:2])  # the row strides of k and v
+    _, k_strides, v_strides, _ = (strides[i : i + 3] for i in range(0, 12, 3))  # (batch, row, head) each
+    wide = _wide(dq_options["BLOCK_N"], (k_strides[1], v_strides[1]))
     n_kv = triton.cdiv(max_k, dkdv["BLOCK_N"])
     n_q = triton.cdiv(max_q, dq_options["BLOCK_M"])
     if fused:
