@@ -29,6 +29,7 @@ NATIVE = load_native("kp_attention")
 DTYPES = (torch.float16, torch.bfloat16)
 HEAD_DIMS = (64, 96, 128, 192, 256)  # csrc/fwd_tiles.h: one kernel row each
 _ALIGN = 16  # bytes: cp.async moves 16-byte packets
+_HOPPER_BWD_BLOCK_N = 128  # keys a CTA of the Hopper backward (csrc/hopper_bwd_traits.cuh kBlockN)
 
 
 def supports(forced: bool, device_type: str, device_index, dtype, head_dim) -> Optional[str]:
@@ -196,15 +197,15 @@ def _deterministic(deterministic: Optional[bool]) -> bool:
 def _may_split_groups(q, k, batch: int, seqlen_k: int) -> bool:
     """Whether the Hopper backward may split a GQA group's heads over CTAs and so needs its fp32
     scratch (csrc/hopper_bwd_launch.cuh decides, and splits only with the scratch given): on sm_90,
-    when a CTA a group (128-key blocks x batch x heads_kv) leaves fewer than 8 CTAs an SM. The
-    blocks are counted as 64-key ones here, so the test errs towards allocating."""
+    when a CTA a group (128-key blocks x batch x heads_kv) leaves fewer than 8 CTAs an SM. Without
+    the scratch it runs unsplit: a wrong answer here costs memory or speed, never correctness."""
     heads_q, heads_kv = q.shape[-2], k.shape[-2]
     if heads_q == heads_kv or q.shape[-1] not in (64, 128):
         return False
     props = torch.cuda.get_device_properties(q.device)
     if props.major != 9:
         return False
-    return -(-seqlen_k // 64) * batch * heads_kv < 8 * props.multi_processor_count
+    return -(-seqlen_k // _HOPPER_BWD_BLOCK_N) * batch * heads_kv < 8 * props.multi_processor_count
 
 
 def _launch_bwd(do, q, k, v, out, lse, dq, dk, dv, cu_q, cu_k, batch, seqlen_q, seqlen_k, total_q, total_k, scale,
