@@ -40,7 +40,7 @@
 // in fp32 FMAs, each lane's partial sums added over the warp by a fixed xor-shuffle tree at the
 // end (deterministic), the same splits, reduce and epilogue as the mma rows.
 //
-// Instantiations, listed on purpose: 5 table rows x 2 dtypes x {linear, gated} main kernels, and
+// Instantiations, listed on purpose: 5 fma / mma table rows x 2 dtypes x {linear, gated} main kernels, and
 // 2 dtypes x {linear, gated} reduce kernels: 24 kernels.
 #include <cooperative_groups.h>
 
@@ -50,9 +50,11 @@
 #include <string>
 #include <type_traits>
 
+#include "decode_epilogue.cuh"
 #include "decode_gemv.cuh"
 #include "decode_ptx.cuh"
 #include "decode_table.h"
+#include "decode_tma.cuh"
 #include "kp/dtype.cuh"
 #include "kp/error.cuh"
 #include "kp/gemm/activation.cuh"
@@ -102,19 +104,10 @@ __device__ __forceinline__ uint4 ld_x(const void* p, bool ok) {
   return v;
 }
 
-// The epilogue of one output element (every kernel's): act(a + bias[col]), or gated act(a +
-// bias[col]) * (u + bias[I + col]); bias, activation and product in fp32, rounded once.
+// The epilogue of one output element (decode_epilogue.cuh).
 template <typename T, bool GATED>
 __device__ __forceinline__ void store_out(const Params& p, int64_t tok, int64_t col, float a, float u) {
-  const T* bias = static_cast<const T*>(p.bias);
-  const Act act = static_cast<Act>(p.act);
-  float out;
-  if constexpr (GATED)
-    out = kp::gemm::apply_act(act, a + (bias ? kp::to_f(bias[col]) : 0.f)) *
-          (u + (bias ? kp::to_f(bias[p.n_out + col]) : 0.f));
-  else
-    out = kp::gemm::apply_act(act, a + (bias ? kp::to_f(bias[col]) : 0.f));
-  static_cast<T*>(p.y)[tok * p.n_out + col] = kp::from_f<T>(out);
+  store_decode_out<T, GATED>(p.bias, p.y, p.act, p.n_out, tok, col, a, u);
 }
 
 // The K splits' sum over a cluster (sm90): the CTAs of a cluster are the splits (grid y) of one
@@ -467,10 +460,13 @@ constexpr auto main_kernel() {
     return decode_gemv_kernel<T, R::tokens, R::stages, R::packets, R::x_chunk, R::ctas, GATED>;
 }
 
-// f(kernel) for the (dtype, row, gated) instantiation: the one place they are chosen.
+// f(kernel) for the (dtype, row, gated) instantiation of an fma or mma row: the one place they are
+// chosen (the tma rows: decode_tma.cu).
 template <typename F>
 void with_main_kernel(int dtype, int row, bool gated, F&& f) {
-  static_assert(DecodeTable::size == 5, "a new decode row needs a case here");
+  static_assert(DecodeTable::size == 7, "a new decode row needs a case here");
+  static_assert(DecodeTable::rows[2].kind == DecodeKind::kTma && DecodeTable::rows[3].kind == DecodeKind::kTma,
+                "rows 2 and 3 are the tma rows (decode_tma.cu)");
   auto pick = [&](auto t) {
     using T = decltype(t);
     auto by_row = [&](auto gt) {
@@ -478,9 +474,10 @@ void with_main_kernel(int dtype, int row, bool gated, F&& f) {
       switch (row) {
         case 0: return f(main_kernel<T, 0, G>());
         case 1: return f(main_kernel<T, 1, G>());
-        case 2: return f(main_kernel<T, 2, G>());
-        case 3: return f(main_kernel<T, 3, G>());
-        default: return f(main_kernel<T, 4, G>());
+        case 4: return f(main_kernel<T, 4, G>());
+        case 5: return f(main_kernel<T, 5, G>());
+        case 6: return f(main_kernel<T, 6, G>());
+        default: kp::throw_arg(std::string("decode: ") + DecodeTable::rows[row].name + " is a tma row");
       }
     };
     if (gated) return by_row(std::true_type{});
@@ -491,8 +488,12 @@ void with_main_kernel(int dtype, int row, bool gated, F&& f) {
 }
 
 bool is_fma(const DecodeRow& row) { return row.kind == DecodeKind::kFma; }
-// Columns of k a step covers, output columns a CTA covers, tokens a CTA covers (grid z's unit).
-int64_t step_k(const DecodeRow& row) { return is_fma(row) ? kFmaStepK : kStepK * row.packets; }
+bool is_tma(const DecodeRow& row) { return row.kind == DecodeKind::kTma; }
+// Columns of k a step covers, output columns a CTA covers (tma: a row block), tokens a CTA covers
+// (grid z's unit).
+int64_t step_k(const DecodeRow& row) {
+  return is_tma(row) ? row.stage_k : is_fma(row) ? kFmaStepK : kStepK * row.packets;
+}
 int64_t cols_per_block(const DecodeRow& row, bool gated) { return kWarps * (gated ? row.rows / 2 : row.rows); }
 int64_t tokens_per_chunk(const DecodeRow& row) { return is_fma(row) ? row.tokens : 8 * row.tokens; }
 // Dynamic shared memory of a CTA: the mma rows' two x chunks, [2][8 m_tiles][x_chunk + kXPad] elements
@@ -523,13 +524,24 @@ int64_t pick_splits(const DecodeRow& row, int64_t ctas, int64_t slots, int64_t k
 DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int row_index,
                      int device) {
   DecodePlan pl{};
-  pl.row = row_index >= 0 ? row_index : pick_decode_row(m);
+  const kp::DeviceInfo& info = kp::device_info(device);
+  pl.row = row_index >= 0 ? row_index : pick_decode_row(m, info.major * 10 + info.minor);
   const DecodeRow& row = DecodeTable::rows[pl.row];
   const int64_t ksteps = kp::cdiv(k, step_k(row));
   const int64_t blocks = kp::cdiv(n_out, cols_per_block(row, gated));
   const int64_t chunks = kp::cdiv(m, tokens_per_chunk(row));
+  if (is_tma(row)) {  // persistent, no K splits: P CTAs share the blocks x k-steps (decode_tma.cu)
+    pl.ctas_per_sm = decode_tma_ctas_per_sm(pl.row, dtype, gated, device);
+    pl.splits = 1;
+    pl.split_steps = static_cast<int>(ksteps);
+    pl.step_k = static_cast<int>(step_k(row));
+    pl.cluster = 1;
+    pl.grid_x = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(int64_t{pl.ctas_per_sm} * info.sms, blocks * ksteps)));
+    pl.grid_y = 1;
+    pl.grid_z = static_cast<int>(std::min<int64_t>(chunks, INT32_MAX));
+    return pl;
+  }
   const int64_t ctas = std::max<int64_t>(1, blocks * chunks);
-  const kp::DeviceInfo& info = kp::device_info(device);
   with_main_kernel(dtype, pl.row, gated, [&](auto kernel) {
     kp::DeviceGuard guard(device);
     pl.ctas_per_sm = kp::blocks_per_sm(reinterpret_cast<const void*>(kernel), device, kThreads, smem_bytes(row));
@@ -588,6 +600,8 @@ DecodePlan decode_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtyp
 }
 
 int64_t decode_workspace_bytes(const DecodePlan& p, int64_t m, int64_t n_out, bool gated) {
+  if (is_tma(DecodeTable::rows[p.row]))
+    return decode_tma_workspace_bytes(p.row, p.grid_x, p.grid_z, decode_tma_blocks(n_out, gated));
   return p.splits > 1 && p.cluster == 1 ? static_cast<int64_t>(p.splits) * m * (gated ? 2 * n_out : n_out) * 4 : 0;
 }
 
@@ -618,6 +632,16 @@ void decode_gemv(const DecodeArgs& a, int splits, int row, int device, cudaStrea
   KP_CHECK_ARG(kp::cdiv(a.m, tokens_per_chunk(DecodeTable::rows[pl.row])) <= 65535,
                "decode: M=" + std::to_string(a.m) + " is too large for " + DecodeTable::rows[pl.row].name +
                    "'s token chunks (grid z <= 65535); use a GEMM config");
+  if (is_tma(DecodeTable::rows[pl.row])) {
+    const kp::DeviceInfo& info = kp::device_info(device);
+    KP_CHECK_ARG(info.major >= 9, std::string("decode: ") + DecodeTable::rows[pl.row].name +
+                                      " needs sm90 (TMA); device " + std::to_string(device) + " is sm_" +
+                                      std::to_string(info.major * 10 + info.minor));
+    KP_CHECK_ARG(a.ws != nullptr, std::string("decode: ") + DecodeTable::rows[pl.row].name +
+                                      " needs a workspace of decode_plan's workspace_bytes");
+    decode_tma(a, pl, device, stream);
+    return;
+  }
   KP_CHECK_ARG(pl.splits == 1 || pl.cluster > 1 || a.ws != nullptr,
                "decode: the plan splits K " + std::to_string(pl.splits) +
                    " ways and needs an fp32 workspace of splits x m x rows (decode_plan says how much)");

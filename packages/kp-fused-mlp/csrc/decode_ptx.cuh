@@ -44,6 +44,86 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// ---- the weight stream through shared memory (sm90: bulk copies completing on mbarriers) --------
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 || !defined(__CUDA_ARCH__)
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// Makes the initialized mbarriers visible to the async proxy (the bulk copies) and the CTA.
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// One arrival that also announces `bytes` of bulk copies completing on this phase.
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+// One arrival (release: this thread's earlier shared-memory reads are done before it counts).
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Spins until the phase of parity `parity` has completed (a fresh mbarrier counts its phase -1,
+// parity 1, as completed: a producer's first pass over an empty ring does not wait).
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n .reg .pred done;\n"
+      "WAIT:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n @!done bra WAIT;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory, one
+// bulk copy, completing as transaction bytes on `bar`; `pol` an L2 cache policy.
+__device__ __forceinline__ void bulk_load(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar, uint64_t pol) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
+          smem_addr(smem)),
+      "l"(gmem), "r"(bytes), "r"(smem_addr(bar)), "l"(pol)
+      : "memory");
+}
+// A 2-D tile of a tensor map (TMA) into shared memory at column c0, row c1, completing as
+// transaction bytes on `bar` (the whole box counts, out-of-bounds parts arrive as zeros).
+__device__ __forceinline__ void tma_load_2d(void* smem, const void* map, int c0, int c1, uint64_t* bar, uint64_t pol) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_addr(smem)),
+      "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "l"(pol)
+      : "memory");
+}
+// A ring of ST shared-memory stages, each with a full mbarrier (one arrival, the producer's, plus
+// the transaction bytes of its copies) and an empty one (`consumers` arrivals). The stages start at
+// `raw` rounded up to 1 KB (the 128-byte swizzle's period; the caller reserves the slack), the
+// mbarriers after them. Thread 0 initializes them; every thread of the CTA must call this (it
+// ends in __syncthreads).
+struct SmemRing {
+  unsigned char* stages;
+  uint64_t* full;
+  uint64_t* empty;
+};
+template <int ST>
+__device__ __forceinline__ SmemRing init_ring(unsigned char* raw, int stage_bytes, int consumers) {
+  SmemRing r;
+  r.stages = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t{1023});
+  r.full = reinterpret_cast<uint64_t*>(r.stages + ST * stage_bytes);
+  r.empty = r.full + ST;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < ST; ++s) {
+      mbar_init(&r.full[s], 1);
+      mbar_init(&r.empty[s], consumers);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  return r;
+}
+// L2 evict_last policy (x: every CTA reads it).
+__device__ __forceinline__ uint64_t evict_last_policy() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+  return pol;
+}
+#endif  // sm90
+
 template <typename T>
 __device__ __forceinline__ void mma16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                          uint32_t b0, uint32_t b1) {

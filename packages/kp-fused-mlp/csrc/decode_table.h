@@ -8,7 +8,7 @@
 // 2026-11-25). What the bandwidth needs instead (Little's law): 4.8 TB/s x ~0.8 us of loaded HBM
 // latency = ~4 MB in flight over the GPU, ~30 KB per SM.
 //
-// Two kernels (kind):
+// Three kernels (kind):
 //   fma  CUDA cores (decode_gemv.cu's decode_fma_kernel): a warp owns `rows` weight rows; lane l
 //        reads columns 8 l + 256 s of step s (512 contiguous bytes a row an instruction) into a
 //        register ring of `stages` steps, fp32 FMAs, a warp-shuffle sum at the end. At M tokens it
@@ -24,8 +24,18 @@
 //        3; so the fma rows stop at 2 tokens and M = 3-8 runs the m8 mma row.
 //   mma  mma.sync m16n8k16 (decode_gemv_kernel): 32 weight rows a warp as the MMA's M side,
 //        `m_tiles` 8-token MMA columns of x, x from CTA-shared chunks.
-// Rows (the first whose max_m >= M wins; a forced row past its max_m runs x in chunks of its
-// tokens, grid z):
+//   tma  sm90 only (decode_tma.cu): the weights through shared memory, loaded by TMA in 64-column
+//        boxes of 64 rows (16 KB a block of 128 rows) into a ring of `stages` stages of `stage_k`
+//        columns, one producer warp, 4 mma.sync warps; persistent (ctas x SMs CTAs), each CTA
+//        streaming an equal share of the (row block, k-step) sequence, so no wave tail and no
+//        ring drain between blocks; a block shared by CTAs is summed by its last CTA in a fixed
+//        order (decode_tma.cu). H200 microbenchmark (2026-11-28, tools/decode_stream.cu, clean
+//        flush, % of a same-bytes copy, 16 tokens): 4096 -> 14336 83%, 14336 -> 4096 83-86%,
+//        gated 4096 / 14336 91%, 8192 / 28672 shapes 95-98%; the register ring (mma rows) 79-82%,
+//        82%, 83-86%, 88-90%. A 1-D bulk copy a row instead of boxes: 4x slower (TMA's issue
+//        cost a copy, ~60 cycles, for 256-512 bytes).
+// Rows (the first whose max_m >= M and min_sm <= the device's wins, the tma rows forced only; a
+// forced row past its max_m runs x in chunks of its tokens, grid z; the tma rows take no K splits):
 //   tokens    fma: the tokens a warp accumulates (registers: rows x tokens accumulators, 8 x
 //             tokens fp32 x values a step); mma: 8-token MMA tiles (`m_tiles`): the warp's
 //             accumulators are 2 x m_tiles x 4 fp32 registers.
@@ -52,6 +62,9 @@
 //             rule below: 45 for the mma rows (H200: 14336 -> 4096 at 16 tokens is as fast at 6
 //             splits, 0.48 of a wave, as at 8 or 12); 100 for the fma rows.
 //   min_split_steps  steps a split keeps at least (its ring must fill: >= 2 x stages; an x chunk).
+//   stage_k   tma: columns a ring stage (boxes of 64); stages x (stage_k / 64) x (16 + tokens) KB of
+//             shared memory a CTA (m8 / m16 at 128 x 3: 102 / 108 KB, 2 CTAs an SM).
+//   min_sm    the oldest arch a row runs on (tma: 90).
 //   ws_pct    the fp32 partials of the splits (written and read: 8 S M N bytes) may cost at
 //             most this % of the weight bytes (2 N K): S <= ws_pct K / (400 M). K = 4096: S <= 2
 //             at 16 tokens, K = 8192: S <= 5.
@@ -66,7 +79,7 @@
 
 namespace kp_fused_mlp {
 
-enum class DecodeKind { kFma, kMma };
+enum class DecodeKind { kFma, kMma, kTma };
 
 struct DecodeRow {
   const char* name;
@@ -81,17 +94,21 @@ struct DecodeRow {
   int min_wave_pct;
   int min_split_steps;
   int ws_pct;
+  int stage_k;  // tma: columns a stage (others: 0)
+  int min_sm;
 };
 
 struct DecodeTable {
   using K = DecodeKind;
   static constexpr DecodeRow rows[] = {
-      // name             kind     max_m  tokens  stages  rows  packets  x_chunk  ctas  min_wave_pct  min_split_steps  ws_pct
-      {"decode_fma_m1",   K::kFma,     1,      1,      4,    4,       1,       0,    4,          100,               8,     4},
-      {"decode_fma_m2",   K::kFma,     2,      2,      4,    4,       1,       0,    4,          100,               8,     4},
-      {"decode_m8",       K::kMma,     8,      1,      3,   32,       2,     512,    3,           45,               8,     4},
-      {"decode_m16",      K::kMma,    16,      2,      3,   32,       2,     512,    3,           45,               8,     4},
-      {"decode_m32",      K::kMma,    32,      4,      3,   32,       1,     256,    2,           45,              10,     4},
+      // name             kind     max_m  tokens  stages  rows  packets  x_chunk  ctas  min_wave_pct  min_split_steps  ws_pct  stage_k  min_sm
+      {"decode_fma_m1",   K::kFma,     1,      1,      4,    4,       1,       0,    4,          100,               8,     4,       0,     80},
+      {"decode_fma_m2",   K::kFma,     2,      2,      4,    4,       1,       0,    4,          100,               8,     4,       0,     80},
+      {"decode_tma_m8",   K::kTma,     8,      1,      3,   32,       0,       0,    2,            0,               0,     0,     128,     90},
+      {"decode_tma_m16",  K::kTma,    16,      2,      3,   32,       0,       0,    2,            0,               0,     0,     128,     90},
+      {"decode_m8",       K::kMma,     8,      1,      3,   32,       2,     512,    3,           45,               8,     4,       0,     80},
+      {"decode_m16",      K::kMma,    16,      2,      3,   32,       2,     512,    3,           45,               8,     4,       0,     80},
+      {"decode_m32",      K::kMma,    32,      4,      3,   32,       1,     256,    2,           45,              10,     4,       0,     80},
   };
   static constexpr int size = sizeof(rows) / sizeof(rows[0]);
   // The most tokens a row serves by default: gated_linear's cuda level takes calls up to it (no
@@ -139,12 +156,18 @@ struct DecodeRowT {
   static constexpr int packets = DecodeTable::rows[Row].packets;
   static constexpr int x_chunk = DecodeTable::rows[Row].x_chunk;
   static constexpr int ctas = DecodeTable::rows[Row].ctas;
+  static constexpr int stage_k = DecodeTable::rows[Row].stage_k;
 };
 
-// The row a call of M tokens gets.
-inline int pick_decode_row(int64_t m) {
-  for (int i = 0; i < DecodeTable::size; ++i)
-    if (m <= DecodeTable::rows[i].max_m) return i;
+// The row a call of M tokens gets on an sm_`sm` device. The tma rows are forced only (decode_row)
+// until their calls match their microbenchmark: in the package they ran 42-46 us at 16 tokens on
+// Llama-3-8B's projections against 34-35 for the same stream in tools/decode_stream.cu and 38-40
+// for the mma rows (H200, 2026-11-28; the journal, session 28, says where the time goes).
+inline int pick_decode_row(int64_t m, int sm) {
+  for (int i = 0; i < DecodeTable::size; ++i) {
+    const DecodeRow& r = DecodeTable::rows[i];
+    if (m <= r.max_m && sm >= r.min_sm && r.kind != DecodeKind::kTma) return i;
+  }
   return DecodeTable::size - 1;
 }
 

@@ -19,7 +19,8 @@ NATIVE = load_native("kp_fused_mlp")
 needs_native = pytest.mark.skipif(not NATIVE.loaded, reason="built without its CUDA level")
 
 TOKENS = [1, 2, 7, 16, 31, 32]  # each decode row (1, 2, <= 8, <= 16, <= 32), with tails of its tiles
-ROWS = ["decode_fma_m1", "decode_fma_m2", "decode_m8", "decode_m16", "decode_m32"]
+ROWS = ["decode_fma_m1", "decode_fma_m2", "decode_tma_m8", "decode_tma_m16", "decode_m8", "decode_m16", "decode_m32"]
+TMA_ROWS = ["decode_tma_m8", "decode_tma_m16"]  # sm90 only
 # (K, N): odd multiples of 8 (no tile divides them), and Llama-3-8B's up and down projections.
 SMALL = [(24, 40), (1032, 264)]
 LLAMA = [(4096, 14336), (14336, 4096)]
@@ -63,14 +64,24 @@ def _gated_oracle(x, w, b, act):
 
 
 def _fma(plan):
-    """Whether a plan runs an fma row (16 weight rows a CTA, 256-column steps) or an mma row (128
-    rows, 32 x packets columns)."""
+    """Whether a plan runs an fma row (16 weight rows a CTA, 256-column steps) or an mma or tma row
+    (128 rows; 32 x packets columns a step, tma 128)."""
     return plan["row"].startswith("decode_fma")
 
 
+def _tma(plan):
+    return plan["row"].startswith("decode_tma")
+
+
 def _step_k(plan):
-    assert plan["step_k"] in ((256,) if _fma(plan) else (32, 64)), plan
+    assert plan["step_k"] in ((256,) if _fma(plan) else (128,) if _tma(plan) else (32, 64)), plan
     return plan["step_k"]
+
+
+def _row_runs_here(row):
+    """Skip a forced tma row below sm90 (it raises there: test_tma_row_below_sm90_is_an_error)."""
+    if row in TMA_ROWS and torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip(f"{row} needs sm90")
 
 
 def _poison(*shapes):
@@ -155,8 +166,8 @@ def test_native_checks_before_any_cuda_call():
         mod.gated_decode(**{**args, "splits": -1})
     with pytest.raises(ValueError, match="float16 or bfloat16, got float32"):
         mod.gated_decode(**{**args, "dtype": 0})
-    with pytest.raises(ValueError, match="no decode row 5"):
-        mod.gated_decode(**{**args, "decode_row": 5})
+    with pytest.raises(ValueError, match="no decode row 7"):
+        mod.gated_decode(**{**args, "decode_row": 7})
     mod.gated_decode(**{**args, "m": 0})  # nothing to do: returns without a device
     decode = mod.gemm_configs().index("decode_gemv")
     la = dict(x=16, x_stride=64, w=16, w_stride=64, bias=0, y=16, m=4, n=13, k=60, dtype=2, act=0, config=decode,
@@ -216,17 +227,31 @@ def test_every_split_forced(m, k, n, splits, seed):
 def test_plan_of_the_table():
     """The split rule's answers are whole: splits x split_steps cover K, no split is empty,
     at most one wave or a last wave at least 80% full, the workspace only with splits that do not
-    sum over a cluster."""
+    sum over a cluster. The tma rows (forced): a persistent grid of at most one CTA a step, their
+    parts and counters as workspace."""
     _gpu()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    sm90 = torch.cuda.get_device_capability(0)[0] >= 9
+    for m, k, n in [(16, 4096, 14336), (8, 14336, 4096), (3, 1032, 40)]:
+        for row in TMA_ROWS if sm90 else []:
+            p = _cuda.decode_plan(m, n, k, row=row)
+            steps = -(-k // _step_k(p))
+            # persistent: P CTAs (at most one a step) share blocks x steps; no splits
+            slots, tokens = min(p["ctas_per_sm"] * sms, -(-n // 128) * steps), int(row.rsplit("m", 1)[1])
+            chunks = -(-m // tokens)  # decode_tma_m8 at 16 tokens: two chunks of x (grid z)
+            assert p["grid"] == (slots, 1, chunks), p
+            assert (p["splits"], p["split_steps"], p["cluster"]) == (1, steps, 1), p
+            # each CTA's parts of its first and last block, an arrival counter a block and chunk
+            part = (2 * tokens // 8) * 4 * 128 * 4
+            assert p["workspace_bytes"] == chunks * (slots * 2 * part + -(-n // 128) * 8), p
     for m, k, n in [(1, 4096, 14336), (16, 4096, 14336), (32, 4096, 14336), (1, 14336, 4096), (32, 14336, 4096),
-                    (1, 8192, 28672), (1, 28672, 8192)]:  # fmt: skip
+                    (8, 14336, 4096), (12, 28672, 8192), (1, 8192, 28672), (1, 28672, 8192)]:  # fmt: skip
         p = _cuda.decode_plan(m, n, k)
+        assert not _tma(p), p  # the tma rows are forced only (csrc/decode_table.h)
         steps = -(-k // _step_k(p))
         assert p["splits"] * p["split_steps"] >= steps > (p["splits"] - 1) * p["split_steps"], p
         assert p["grid"] == (-(-n // (16 if _fma(p) else 128)), p["splits"], 1), p
         # sm90: up to 8 splits sum over a cluster of them (no workspace); more use the workspace.
-        sm90 = torch.cuda.get_device_capability(0)[0] >= 9
         assert p["cluster"] == (p["splits"] if sm90 and 1 < p["splits"] <= 8 else 1), p
         assert p["workspace_bytes"] == (4 * p["splits"] * m * n if p["splits"] > 1 and p["cluster"] == 1 else 0), p
         assert p["ctas_per_sm"] >= 1, p
@@ -321,6 +346,7 @@ def test_every_row_forced(m, row, seed):
     row block), splits of the table, 1 and 3 (clamped to the steps), every linear epilogue and
     both gated ones, into NaN-poisoned outputs."""
     _gpu()
+    _row_runs_here(row)
     dtype = DTYPES[m % 2]
     for k, n in [(8, 13), (264, 40), (1032, 13)]:
         for splits in (None, 1, 3):
@@ -351,6 +377,7 @@ def test_every_row_deterministic_and_graph_captured(row, seed):
     without splits, and a captured + replayed call, for every row forced; Llama's down projection
     shape (14336 -> 4096: splits by the table) at 2 tokens."""
     _gpu()
+    _row_runs_here(row)
     for splits in (None, 1, 4):
         x, w, b = _linear_inputs(2, 14336, 4096, torch.bfloat16, seed, True)
         y1 = _cuda.linear_act_fwd(x, w, b, "silu", decode_splits=splits, decode_row=row)
@@ -364,6 +391,69 @@ def test_every_row_deterministic_and_graph_captured(row, seed):
     kt.assert_matches_oracle(y, _linear_oracle(x, w, b, "gelu")[0], name=row)
     h = kt.graph_captured(lambda a, c, d: _cuda.gated_linear_fwd(a, c, d, "silu", False, decode_row=row)[0], xg, wg, bg)
     kt.assert_matches_oracle(h, _gated_oracle(xg, wg, bg, "silu")[0], name=f"gated {row}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("row", TMA_ROWS)
+@pytest.mark.parametrize("m, k, n", [(1, 14336, 40), (16, 8, 13), (5, 1032, 4096), (16, 4096, 14336), (9, 28672, 264)],
+                         ids=str)  # fmt: skip
+def test_tma_blocks_shared_by_many_ctas(row, m, k, n, seed):
+    """The tma rows' fix-up (csrc/decode_tma.cu): one block spread over 112 CTAs (N = 40, K = 14336:
+    112 steps), a grid capped at its one step (K = 8), blocks split at CTA boundaries (Llama's
+    up projection, 5 x 1032 -> 4096), a 9-token tail of a 16-token tile; linear and gated, into a
+    NaN-poisoned output and workspace."""
+    _gpu()
+    _row_runs_here(row)
+    for dtype in DTYPES:
+        plan = _cuda.decode_plan(m, n, k, dtype=dtype, row=row)
+        x, w, b = _linear_inputs(m, k, n, dtype, seed, True)
+        want, torch_y = _linear_oracle(x, w, b, "gelu_tanh")
+        _poison((m, n), (plan["workspace_bytes"] // 4, 1))
+        y = _cuda.linear_act_fwd(x, w, b, "gelu_tanh", decode_row=row)
+        kt.assert_matches_oracle(y, want, torch_out=torch_y, name=f"{row} {m}x{k}->{n} {dtype} {plan}")
+        xg, wg, bg = _gated_inputs(m, k, n, dtype, seed + 1, True)
+        want, torch_h = _gated_oracle(xg, wg, bg, "silu")
+        _poison((m, n), (_cuda.decode_plan(m, n, k, dtype=dtype, row=row, gated=True)["workspace_bytes"] // 4, 1))
+        h, _ = _cuda.gated_linear_fwd(xg, wg, bg, "silu", False, decode_row=row)
+        kt.assert_matches_oracle(h, want, torch_out=torch_h, name=f"gated {row} {m}x{k}->{n} {dtype}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("row", TMA_ROWS)
+def test_tma_graph_replays_on_new_inputs(row, seed):
+    """A captured tma call replayed three times on new inputs, each equal to an eager call (the same
+    grid, so the same sums): a replay repeats its call's nonce, so the flags a block's last CTA
+    waits on must have been reset by the replay before."""
+    _gpu()
+    _row_runs_here(row)
+    m = int(row.rsplit("m", 1)[1])
+    x, w, b = _linear_inputs(m, 14336, 264, torch.bfloat16, seed, True)  # 3 blocks x 112 steps over the CTAs
+    static_x = x.clone()
+    fn = lambda: _cuda.linear_act_fwd(static_x, w, b, "silu", decode_row=row)  # noqa: E731
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    for i in range(3):
+        new_x = kt.randn(x.shape, dtype=x.dtype, device="cuda", seed=seed + 10 + i)
+        static_x.copy_(new_x)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, _cuda.linear_act_fwd(new_x, w, b, "silu", decode_row=row)), f"replay {i}"
+
+
+@pytest.mark.gpu
+def test_tma_row_below_sm90_is_an_error():
+    _gpu()
+    if torch.cuda.get_device_capability()[0] >= 9:
+        pytest.skip("sm90: the tma rows run here")
+    x, w, b = _linear_inputs(2, 64, 40, torch.bfloat16, 0, True)
+    with pytest.raises(ValueError, match="needs sm90"):
+        _cuda.linear_act_fwd(x, w, b, "silu", decode_row="decode_tma_m8")
 
 
 # ---- GPU: gated_linear and GatedMLP -------------------------------------------------------------

@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 
 #include "../csrc/decode_ptx.cuh"
+#include "decode_bench.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -28,16 +29,8 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));         \
-      std::exit(1);                                                                  \
-    }                                                                                \
-  } while (0)
 
-using T = __nv_bfloat16;
+using namespace decode_bench;  // T, CK, the reference, fills, Timer
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int XC = 512;     // XM = 1: columns of an x chunk
 constexpr int XPAD = 32;    // elements of padding a token row of a chunk (64 B: conflict-free LDS.128)
@@ -196,36 +189,6 @@ __global__ void __launch_bounds__(kThreads) decode_variant(const Params p) {
     }
 }
 
-// A warp an output element (coalesced rows), fp32.
-__global__ void reference_kernel(const T* x, const T* w, float* y, int64_t m, int64_t n, int64_t k) {
-  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x & 31;
-  if (i >= m * n) return;
-  const int64_t tok = i / n, row = i % n;
-  float s = 0.f;
-  for (int64_t c = lane; c < k; c += 32) s += __bfloat162float(x[tok * k + c]) * __bfloat162float(w[row * k + c]);
-  for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if (lane == 0) y[i] = s;
-}
-__global__ void read_kernel(const uint4* a, int64_t n16, unsigned* sink) {
-  unsigned v = 0;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n16;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const uint4 q = a[i];
-    v ^= q.x ^ q.y ^ q.z ^ q.w;
-  }
-  if (v == 0x12345678u) *sink = v;
-}
-__global__ void fill_kernel(T* a, int64_t n, unsigned seed) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  unsigned h = static_cast<unsigned>(i) * 2654435761u ^ seed;
-  h ^= h >> 15;
-  h *= 2246822519u;
-  h ^= h >> 13;
-  a[i] = __float2bfloat16((static_cast<int>(h & 1023) - 512) / 512.f);
-}
-
 struct Variant {
   std::string name;
   int mt, u, pk, xm;
@@ -316,51 +279,20 @@ int main(int argc, char** argv) {
   const int64_t max_w = 57344LL * 8192, max_x = 32LL * 28672;
   T *w, *x;
   float *ws, *ref;
-  uint4* flush;
-  unsigned* sink;
-  const int64_t flush_bytes = 256LL << 20;
   CK(cudaMalloc(&w, max_w * sizeof(T)));
   CK(cudaMalloc(&x, max_x * sizeof(T)));
   CK(cudaMalloc(&ws, 32LL * 32 * 57344 * sizeof(float)));
   CK(cudaMalloc(&ref, 32LL * 57344 * sizeof(float)));
-  CK(cudaMalloc(&flush, flush_bytes));
-  CK(cudaMalloc(&sink, 4));
-  CK(cudaMemset(flush, 1, flush_bytes));
-  fill_kernel<<<static_cast<unsigned>((max_w + 255) / 256), 256>>>(w, max_w, 1u);
-  fill_kernel<<<static_cast<unsigned>((max_x + 255) / 256), 256>>>(x, max_x, 7u);
-  CK(cudaGetLastError());
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  auto flush_l2 = [&] { read_kernel<<<sms * 8, 512>>>(flush, flush_bytes / 16, sink); };
-  auto time_one = [&](const std::function<void()>& f) {
-    flush_l2();
-    CK(cudaEventRecord(e0));
-    f();
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    return ms * 1e3f;
-  };
-  auto median = [](std::vector<float> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
+  fill(w, max_w, 1u);
+  fill(x, max_x, 7u);
+  Timer timer(sms);
+  auto time_one = [&](const std::function<void()>& f) { return timer.time_one(f); };
 
   for (const Shape& s : shapes) {
     const int64_t wbytes = s.n * s.k * 2;
     // Ceilings: a read of the weight bytes, and a device copy of them (2x the bytes moved).
-    std::vector<float> t_read, t_copy;
-    for (int r = 0; r < reps; ++r) {
-      t_read.push_back(time_one([&] { read_kernel<<<sms * 8, 512>>>(reinterpret_cast<const uint4*>(w), wbytes / 16, sink); }));
-      t_copy.push_back(time_one([&] { CK(cudaMemcpyAsync(w + wbytes / 4, w, wbytes / 2, cudaMemcpyDeviceToDevice)); }));
-    }
-    // (the copy moves half the weight bytes each way: wbytes in all, so its time is the ceiling)
-    const float read_us = median(t_read), copy_us = median(t_copy);
-    std::printf("\n%s  (N %lld, K %lld, %.1f MB): read %.1f us (%.0f GB/s), copy of the same bytes %.1f us (%.0f GB/s)\n",
-                s.name, (long long)s.n, (long long)s.k, wbytes / 1e6, read_us, wbytes / read_us / 1e3, copy_us,
-                wbytes / copy_us / 1e3);
+    float read_us, copy_us;
+    timer.ceilings(s.name, s.n, s.k, w, wbytes, reps, read_us, copy_us);
     for (int64_t m : {8, 16, 32}) {
       const int threads = 256;
       reference_kernel<<<static_cast<unsigned>((m * s.n * 32 + threads - 1) / threads), threads>>>(x, w, ref, m, s.n, s.k);
@@ -410,26 +342,19 @@ int main(int argc, char** argv) {
         runs.push_back([&v, grid, smem, p, &time_one] { return time_one([&] { v.launch(grid, smem, p); }); });
         if (pdl) {  // back to back: 50 calls between two events, no flush (a model's layer loop)
           labels.push_back(std::string(label) + " b2b");
-          runs.push_back([&v, grid, smem, p, &e0, &e1] {
-            CK(cudaEventRecord(e0));
+          runs.push_back([&v, grid, smem, p, &timer] {
+            CK(cudaEventRecord(timer.e0));
             for (int i = 0; i < 50; ++i) v.launch(grid, smem, p);
-            CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
+            CK(cudaEventRecord(timer.e1));
+            CK(cudaEventSynchronize(timer.e1));
             float ms;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
+            CK(cudaEventElapsedTime(&ms, timer.e0, timer.e1));
             return ms * 1e3f / 50;
           });
         }
       }
-      std::vector<std::vector<float>> t(runs.size());
-      for (int r = 0; r < reps; ++r)
-        for (size_t i = 0; i < runs.size(); ++i) t[i].push_back(runs[i]());
       std::printf("  M = %lld\n", (long long)m);
-      for (size_t i = 0; i < runs.size(); ++i) {
-        const float us = median(t[i]);
-        std::printf("    %s  %7.1f us  %5.1f%% of read  %5.1f%% of copy\n", labels[i].c_str(), us, 100 * read_us / us,
-                    100 * copy_us / us);
-      }
+      report_interleaved(runs, labels, reps, read_us, copy_us);
     }
   }
   return 0;

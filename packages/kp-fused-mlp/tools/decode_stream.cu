@@ -1,0 +1,325 @@
+// Microbenchmark: the decode weight stream through shared memory (TMA boxes) against the
+// register ring of csrc/decode_gemv.cu (tools/decode_variants.cu times that one), and the
+// package's tma rows (csrc/decode_tma.cu, included) beside this file's kernel.
+//
+//   nvcc -O3 -std=c++17 --expt-relaxed-constexpr -arch=sm_90a -I../../shared_cuda/include \
+//        -o decode_stream tools/decode_stream.cu                       (in packages/kp-fused-mlp)
+//   ./decode_stream [reps]        every variant below, 1 / 8 / 16 tokens, six shapes
+//   ./decode_stream [reps] pkg    this file's m16 kernel and the package's decode_tma_m16, 16 tokens
+//
+// Why: the register ring reaches 84-87% of a read of the same bytes at 16 tokens (H200, session
+// 21) with ~100 KB a SM in flight, more than Little's law asks (~40 KB): the bytes in flight are
+// not what is missing. What differs in a TMA stream: long runs of a row a request, one instruction
+// per box instead of one per 16 bytes a thread, and no registers held by loads in flight.
+//
+// The kernel: persistent, CT CTAs per SM, 4 consumer warps + 1 producer warp. The work is the
+// flattened (block of 128 weight rows, k-step of SK columns) sequence; CTA c takes the steps
+// [T c / P, T (c + 1) / P), so every CTA streams the same bytes whatever the shape (no wave tail),
+// and the ring never drains between row blocks (the producer runs ahead across them). A stage:
+// SK / 64 TMA boxes of 128 weight rows x 64 columns (16 KB, 128-byte swizzle; BOX2: two of 64
+// rows) and as many of the 8 MT x rows; out-of-bounds rows and columns arrive as zeros. REV runs a
+// CTA's steps backwards. A row block split over CTAs leaves partials in the workspace
+// [block][slot][m][128], which the host adds: this kernel has no fix-up (the package's has).
+//
+// H200, 2026-11-28 (session 28; docs/journal/kp-fused-mlp.md): 83-86% of a same-bytes copy on
+// Llama-3-8B's projections at 16 tokens, 91% gated 4096 / 14336, 95-98% on the 8192 / 28672
+// shapes; REV and BOX2 change nothing. One 1-D bulk copy a row instead of boxes (144 a stage): the
+// time was steps x ~4.8 us whatever the run length (256 or 512 bytes), ~60 cycles a copy of TMA
+// issue. `pkg`: the package kernel 41-46 us against this one's 35 (its fix-up, the journal says).
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#include "../csrc/decode_ptx.cuh"
+#include "decode_bench.cuh"
+#include "../csrc/decode_tma.cu"  // the package kernel, timed beside this one
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+
+using namespace decode_bench;  // T, CK, the reference, fills, Timer
+using namespace kp_fused_mlp::decode_ptx;
+namespace pkg = kp_fused_mlp;
+
+constexpr int kConsumers = 4;
+constexpr int kThreads = 32 * (kConsumers + 1);
+constexpr int kBlockRows = 32 * kConsumers;
+
+struct Params {
+  CUtensorMap w_map;  // [n, k], box 128 rows x 64 columns, 128-byte swizzle
+  CUtensorMap x_map;  // [m, k], box 8 MT rows x 64 columns
+  float* ws;
+  int64_t m, n, k;
+  int64_t ksteps, total;  // k-steps a row block, row blocks x ksteps
+  int maxseg;
+};
+
+using pkg::cta_of_step;
+constexpr int kBox = 64;  // columns a TMA box (128 bytes: the swizzle span)
+// A stage, per 64-column box q: 128 weight rows (16 KB), then 8 MT x rows: the package's layout
+// (its two 64-row boxes back to back), so that its consume_stage computes it.
+__host__ __device__ constexpr int w_box_bytes() { return kBlockRows * kBox * 2; }
+__host__ __device__ constexpr int x_box_bytes(int mt) { return 8 * mt * kBox * 2; }
+__host__ __device__ constexpr int stage_bytes(int mt, int sk) { return sk / kBox * (w_box_bytes() + x_box_bytes(mt)); }
+
+template <int MT, int SK, int ST, int CT, bool REV = false, bool BOX2 = false>
+__global__ void __launch_bounds__(kThreads, CT) stream_kernel(const __grid_constant__ Params p) {
+  constexpr int kStage = stage_bytes(MT, SK);
+  constexpr int kBoxes = SK / kBox;
+  static_assert(SK % kBox == 0 && kStage % 1024 == 0, "stages are whole 1 KB-aligned boxes");
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const SmemRing ring = init_ring<ST>(smem_raw, kStage, kConsumers);
+  unsigned char* const smem = ring.stages;
+  uint64_t* const full = ring.full;
+  uint64_t* const empty = ring.empty;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t begin = p.total * blockIdx.x / gridDim.x, end = p.total * (blockIdx.x + 1) / gridDim.x;
+
+  if (warp == kConsumers) {  // the producer: one lane issues the boxes
+    if (lane != 0) return;
+    const uint64_t pol_w = evict_first_policy(), pol_x = evict_last_policy();
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t it = REV ? begin + end - 1 - i : i;
+      const int64_t b = it / p.ksteps;
+      const int k0 = static_cast<int>((it - b * p.ksteps) * SK);
+      const int row0 = static_cast<int>(b * kBlockRows);
+      mbar_wait(&empty[stage], phase ^ 1);
+      unsigned char* st = smem + stage * kStage;
+      mbar_arrive_expect(&full[stage], kStage);
+#pragma unroll
+      for (int q = 0; q < kBoxes; ++q) {
+        unsigned char* qs = st + q * (w_box_bytes() + x_box_bytes(MT));
+        if constexpr (BOX2) {
+          tma_load_2d(qs, &p.w_map, k0 + q * kBox, row0, &full[stage], pol_w);
+          tma_load_2d(qs + w_box_bytes() / 2, &p.w_map, k0 + q * kBox, row0 + 64, &full[stage], pol_w);
+        } else {
+          tma_load_2d(qs, &p.w_map, k0 + q * kBox, row0, &full[stage], pol_w);
+        }
+        tma_load_2d(qs + w_box_bytes(), &p.x_map, k0 + q * kBox, 0, &full[stage], pol_x);
+      }
+      if (++stage == ST) stage = 0, phase ^= 1;
+    }
+    return;
+  }
+
+  const int g = lane >> 2, t = lane & 3;
+  float acc[2][MT][4];
+  auto zero = [&] {
+#pragma unroll
+    for (int j = 0; j < 2 * MT * 4; ++j) (&acc[0][0][0])[j] = 0.f;
+  };
+  auto flush = [&](int64_t b) {
+    const int64_t slot = blockIdx.x - cta_of_step(b * p.ksteps, p.total, gridDim.x);
+    float* ws = p.ws + (b * p.maxseg + slot) * p.m * kBlockRows;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t tok = 8 * mt + 2 * t + (i & 1);
+        if (tok >= p.m) continue;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = 64 * r + 16 * warp + g + 8 * (i >> 1);  // the package's rows
+          if (b * kBlockRows + row < p.n) ws[tok * kBlockRows + row] = acc[r][mt][i];
+        }
+      }
+  };
+  zero();
+  int stage = 0;
+  uint32_t phase = 0;
+  int64_t cur = -1;
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t it = REV ? begin + end - 1 - i : i;
+    const int64_t b = it / p.ksteps;
+    if (b != cur) {
+      if (cur >= 0) flush(cur), zero();
+      cur = b;
+    }
+    mbar_wait(&full[stage], phase);
+    const unsigned char* st = smem + stage * kStage;
+    pkg::consume_stage<T, MT, SK>(st, warp, g, t, acc);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[stage]);
+    if (++stage == ST) stage = 0, phase ^= 1;
+  }
+  if (cur >= 0) flush(cur);
+}
+
+// A 2-D bf16 tensor map of [rows, cols] (row stride `stride` elements), boxes of box_rows x 64
+// columns with the 128-byte swizzle; out-of-bounds elements read as zeros.
+CUtensorMap make_map(const void* base, int64_t rows, int64_t cols, int64_t stride, int box_rows) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
+    if (!fn) std::printf("no cuTensorMapEncodeTiled\n"), std::exit(1);
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride * 2)};
+  const cuuint32_t box[2] = {kBox, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t estr[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
+                            estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) std::printf("cuTensorMapEncodeTiled: %d\n", static_cast<int>(r)), std::exit(1);
+  return map;
+}
+
+struct Variant {
+  std::string name;
+  int mt, sk, ct, wbox;
+  const void* fn;
+  size_t smem;
+  void (*launch)(dim3, size_t, const Params&);
+};
+
+template <int MT, int SK, int ST, int CT, bool REV = false, bool BOX2 = false>
+Variant make() {
+  auto fn = stream_kernel<MT, SK, ST, CT, REV, BOX2>;
+  char name[64];
+  std::snprintf(name, sizeof name, "stream m%d sk%d st%d ct%d%s%s", 8 * MT, SK, ST, CT, REV ? " rev" : "", BOX2 ? " box64" : "");
+  const size_t smem = static_cast<size_t>(ST) * stage_bytes(MT, SK) + 2 * ST * 8 + 1024;  // + alignment slack
+  return {name, MT, SK, CT, BOX2 ? 64 : kBlockRows, reinterpret_cast<const void*>(fn), smem,
+          [](dim3 grid, size_t smem, const Params& p) { stream_kernel<MT, SK, ST, CT, REV, BOX2><<<grid, kThreads, smem>>>(p); }};
+}
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 30;
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const int sms = prop.multiProcessorCount;
+  std::printf("device %s, %d SMs\n", prop.name, sms);
+  std::vector<Variant> vars = {
+      make<1, 128, 3, 2>(), make<1, 128, 3, 2, true, false>(), make<1, 128, 3, 2, false, true>(), make<1, 128, 3, 2, true, true>(),
+      make<2, 128, 3, 2>(), make<2, 128, 3, 2, true, false>(), make<2, 128, 3, 2, false, true>(), make<2, 128, 3, 2, true, true>(),
+  };
+  for (auto& v : vars) {
+    CK(cudaFuncSetAttribute(v.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(v.smem)));
+    cudaFuncAttributes fa;
+    CK(cudaFuncGetAttributes(&fa, v.fn));
+    int occ = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, v.fn, kThreads, v.smem));
+    std::printf("  %-28s regs %3d  local %4zu B  smem %6zu B  CTAs/SM %d\n", v.name.c_str(), fa.numRegs,
+                fa.localSizeBytes, v.smem, occ);
+    if (occ < v.ct) std::printf("    (fewer CTAs an SM than the variant asks: its grid oversubscribes)\n");
+  }
+
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{"4096->14336", 14336, 4096},      {"14336->4096", 4096, 14336},
+                          {"gated 4096/14336", 28672, 4096}, {"8192->28672", 28672, 8192},
+                          {"28672->8192", 8192, 28672},      {"gated 8192/28672", 57344, 8192},
+                          {"odd 1000->3000", 3000, 1000}};
+  const int64_t max_w = 57344LL * 8192, max_x = 16LL * 28672;
+  T *w, *x;
+  float *ws, *ref;
+  const int64_t ws_floats = 64LL << 20;
+  CK(cudaMalloc(&w, max_w * sizeof(T)));
+  CK(cudaMalloc(&x, max_x * sizeof(T)));
+  CK(cudaMalloc(&ws, ws_floats * sizeof(float)));
+  CK(cudaMalloc(&ref, 16LL * 57344 * sizeof(float)));
+  fill(w, max_w, 1u);
+  fill(x, max_x, 7u);
+  Timer timer(sms);
+  auto time_one = [&](const std::function<void()>& f) { return timer.time_one(f); };
+
+  if (argc > 2 && std::string(argv[2]) == "pkg") {  // the package kernel beside this one, tidy and noisy data
+    T* y;
+    float* pws;
+    CK(cudaMalloc(&y, 16LL * 57344 * sizeof(T)));
+    CK(cudaMalloc(&pws, pkg::decode_tma_workspace_bytes(3, 2 * sms, 1, 512)));
+    for (int noisy = 0; noisy < 2; ++noisy) {
+      if (noisy) fill(w, max_w, 1u, true);
+      for (const Shape& s : {shapes[0], shapes[1]}) {
+        const int64_t m = 16;
+        const Variant& v = vars[4];  // m16 sk128 st3 ct2
+        const int64_t ksteps = (s.k + v.sk - 1) / v.sk, blocks = (s.n + kBlockRows - 1) / kBlockRows;
+        const int64_t ctas = static_cast<int64_t>(sms) * v.ct;
+        const Params p{make_map(w, s.n, s.k, s.k, v.wbox), make_map(x, m, s.k, s.k, 8 * v.mt), ws, m, s.n, s.k,
+                       ksteps, blocks * ksteps, 8};
+        pkg::DecodeArgs a{x, s.k, w, s.k, nullptr, y, pws, m, s.n, s.k, kp::kBF16, 0, false};
+        pkg::DecodePlan pl{};
+        pl.row = 3, pl.splits = 1, pl.split_steps = static_cast<int>(ksteps), pl.step_k = 128, pl.cluster = 1;
+        pl.grid_x = 2 * sms, pl.grid_y = 1, pl.grid_z = 1, pl.ctas_per_sm = 2;
+        std::vector<float> t0, t1;
+        for (int r = 0; r < reps; ++r) {
+          t0.push_back(time_one([&] { v.launch(dim3(static_cast<unsigned>(ctas)), v.smem, p); }));
+          t1.push_back(time_one([&] { pkg::decode_tma(a, pl, 0, 0); }));
+        }
+        std::printf("%s %s M=16: tool %.1f us, package %.1f us\n", noisy ? "noisy" : "tidy ", s.name, median(t0), median(t1));
+      }
+    }
+    return 0;
+  }
+  for (const Shape& s : shapes) {
+    const int64_t wbytes = s.n * s.k * 2;
+    float read_us, copy_us;
+    timer.ceilings(s.name, s.n, s.k, w, wbytes, reps, read_us, copy_us);
+    for (int64_t m : {1, 8, 16}) {
+      reference_kernel<<<static_cast<unsigned>((m * s.n * 32 + 255) / 256), 256>>>(x, w, ref, m, s.n, s.k);
+      CK(cudaGetLastError());
+      std::vector<float> h_ref(m * s.n);
+      CK(cudaMemcpy(h_ref.data(), ref, h_ref.size() * 4, cudaMemcpyDeviceToHost));
+      std::vector<std::function<float()>> runs;
+      std::vector<std::string> labels;
+      for (const Variant& v : vars) {
+        if (8 * v.mt < m || (v.mt == 2 && m <= 8)) continue;
+        const int64_t ksteps = (s.k + v.sk - 1) / v.sk;
+        const int64_t blocks = (s.n + kBlockRows - 1) / kBlockRows;
+        const int64_t ctas = static_cast<int64_t>(sms) * v.ct;
+        const int64_t total = blocks * ksteps;
+        int maxseg = 1;
+        for (int64_t b = 0; b < blocks; ++b)
+          maxseg = std::max<int64_t>(maxseg, cta_of_step(b * ksteps + ksteps - 1, total, ctas) -
+                                                 cta_of_step(b * ksteps, total, ctas) + 1);
+        const int64_t need = blocks * maxseg * m * kBlockRows;
+        if (need > ws_floats) {
+          std::printf("    %s: workspace too small\n", v.name.c_str());
+          continue;
+        }
+        const Params p{make_map(w, s.n, s.k, s.k, v.wbox), make_map(x, m, s.k, s.k, 8 * v.mt), ws, m, s.n, s.k,
+                       ksteps, total, maxseg};
+        CK(cudaMemset(ws, 0, need * 4));  // slots a block does not use stay 0
+        v.launch(dim3(static_cast<unsigned>(ctas)), v.smem, p);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        std::vector<float> h_ws(need);
+        CK(cudaMemcpy(h_ws.data(), ws, need * 4, cudaMemcpyDeviceToHost));
+        double max_err = 0, max_ref = 0;
+        for (int64_t tok = 0; tok < m; ++tok)
+          for (int64_t row = 0; row < s.n; ++row) {
+            const int64_t b = row / kBlockRows, rr = row % kBlockRows;
+            double a = 0;
+            for (int sl = 0; sl < maxseg; ++sl) a += h_ws[((b * maxseg + sl) * m + tok) * kBlockRows + rr];
+            const double ref_v = h_ref[tok * s.n + row];
+            const double e = std::abs(a - ref_v);
+            max_err = (e <= 1e30) ? std::max(max_err, e) : 1e30;
+            max_ref = std::max(max_ref, std::abs(ref_v));
+          }
+        char label[160];
+        std::snprintf(label, sizeof label, "%-28s segs %d err %.1e/%.0f%s", v.name.c_str(), maxseg, max_err, max_ref,
+                      max_err > 1e-2 * std::max(1.0, max_ref) ? "  WRONG" : "");
+        labels.push_back(label);
+        const Variant* vp = &v;
+        runs.push_back([vp, ctas, p, &time_one] {
+          return time_one([&] { vp->launch(dim3(static_cast<unsigned>(ctas)), vp->smem, p); });
+        });
+      }
+      std::printf("  M = %lld\n", (long long)m);
+      report_interleaved(runs, labels, reps, read_us, copy_us);
+    }
+  }
+  return 0;
+}
