@@ -5,11 +5,14 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #define CK(x)                                                                \
@@ -45,6 +48,21 @@ __global__ void read_kernel(const uint4* a, int64_t n16, unsigned* sink) {
     v ^= q.x ^ q.y ^ q.z ^ q.w;
   }
   if (v == 0x12345678u) *sink = v;
+}
+
+// A weight shape: N outputs (rows), K inputs.
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+
+// The reference outputs [m, n] on the host (ref: a device buffer of m n floats).
+inline std::vector<float> reference(const T* x, const T* w, float* ref, int64_t m, int64_t n, int64_t k) {
+  reference_kernel<<<static_cast<unsigned>((m * n * 32 + 255) / 256), 256>>>(x, w, ref, m, n, k);
+  CK(cudaGetLastError());
+  std::vector<float> h(m * n);
+  CK(cudaMemcpy(h.data(), ref, h.size() * 4, cudaMemcpyDeviceToHost));
+  return h;
 }
 
 // Values in [-1, 1) on a 1/512 grid, or (noisy) random bits in every mantissa, like torch.randn's.
@@ -130,6 +148,48 @@ inline void report_interleaved(const std::vector<std::function<float()>>& runs, 
     const float us = median(t[i]);
     std::printf("    %s  %7.1f us  %5.1f%% of read  %5.1f%% of copy\n", labels[i].c_str(), us, 100 * read_us / us,
                 100 * copy_us / us);
+  }
+}
+
+// The largest error of a kernel's outputs against the reference's (NaN counts as 1e30), and a
+// label's "err E/R" text, " WRONG" past 1% of the largest reference value.
+struct MaxError {
+  double err = 0, ref = 0;
+  void add(double got, double want) {
+    const double e = std::abs(got - want);
+    err = (e <= 1e30) ? std::max(err, e) : 1e30;
+    ref = std::max(ref, std::abs(want));
+  }
+  std::string text() const {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "err %.1e/%.0f%s", err, ref, err > 1e-2 * std::max(1.0, ref) ? "  WRONG" : "");
+    return buf;
+  }
+};
+
+// Timed runs of one token count, labelled; report() times them interleaved and prints them.
+struct Runs {
+  std::vector<std::function<float()>> fns;
+  std::vector<std::string> labels;
+  void add(std::string label, std::function<float()> f) {
+    labels.push_back(std::move(label));
+    fns.push_back(std::move(f));
+  }
+  void report(int64_t m, int reps, float read_us, float copy_us) const {
+    std::printf("  M = %lld\n", static_cast<long long>(m));
+    report_interleaved(fns, labels, reps, read_us, copy_us);
+  }
+};
+
+// For each shape (its ceilings measured and printed) and token count: f(shape, m, the reference
+// outputs, read_us, copy_us).
+template <typename Shapes, typename F>
+void for_each_case(const Shapes& shapes, std::initializer_list<int64_t> tokens, Timer& timer, const T* x, T* w,
+                   float* ref, int reps, F&& f) {
+  for (const Shape& s : shapes) {
+    float read_us, copy_us;
+    timer.ceilings(s.name, s.n, s.k, w, s.n * s.k * 2, reps, read_us, copy_us);
+    for (int64_t m : tokens) f(s, m, reference(x, w, ref, m, s.n, s.k), read_us, copy_us);
   }
 }
 

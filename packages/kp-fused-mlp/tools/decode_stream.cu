@@ -6,6 +6,7 @@
 //        -o decode_stream tools/decode_stream.cu                       (in packages/kp-fused-mlp)
 //   ./decode_stream [reps]        every variant below, 1 / 8 / 16 tokens, six shapes
 //   ./decode_stream [reps] pkg    this file's m16 kernel and the package's decode_tma_m16, 16 tokens
+//   ./decode_stream [reps] rows   rows only (no K split, no fix-up): not yet run (session 28's next step)
 //
 // Why: the register ring reaches 84-87% of a read of the same bytes at 16 tokens (H200, session
 // 21) with ~100 KB a SM in flight, more than Little's law asks (~40 KB): the bytes in flight are
@@ -40,6 +41,7 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 
@@ -67,6 +69,18 @@ constexpr int kBox = 64;  // columns a TMA box (128 bytes: the swizzle span)
 __host__ __device__ constexpr int w_box_bytes() { return kBlockRows * kBox * 2; }
 __host__ __device__ constexpr int x_box_bytes(int mt) { return 8 * mt * kBox * 2; }
 __host__ __device__ constexpr int stage_bytes(int mt, int sk) { return sk / kBox * (w_box_bytes() + x_box_bytes(mt)); }
+
+// f(token, row, value) for each of a thread's accumulators: consume_stage's layout (row within the
+// 128-row block: 64 r + 16 warp + g + 8 (i / 2); token 8 mt + 2t + i % 2).
+template <int MT, typename F>
+__device__ __forceinline__ void for_each_acc(const float (&acc)[2][MT][4], int warp, int g, int t, F&& f) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) f(8 * mt + 2 * t + (i & 1), 64 * r + 16 * warp + g + 8 * (i >> 1), acc[r][mt][i]);
+}
 
 template <int MT, int SK, int ST, int CT, bool REV = false, bool BOX2 = false>
 __global__ void __launch_bounds__(kThreads, CT) stream_kernel(const __grid_constant__ Params p) {
@@ -119,18 +133,9 @@ __global__ void __launch_bounds__(kThreads, CT) stream_kernel(const __grid_const
   auto flush = [&](int64_t b) {
     const int64_t slot = blockIdx.x - cta_of_step(b * p.ksteps, p.total, gridDim.x);
     float* ws = p.ws + (b * p.maxseg + slot) * p.m * kBlockRows;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t tok = 8 * mt + 2 * t + (i & 1);
-        if (tok >= p.m) continue;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = 64 * r + 16 * warp + g + 8 * (i >> 1);  // the package's rows
-          if (b * kBlockRows + row < p.n) ws[tok * kBlockRows + row] = acc[r][mt][i];
-        }
-      }
+    for_each_acc(acc, warp, g, t, [&](int tok, int row, float v) {
+      if (tok < p.m && b * kBlockRows + row < p.n) ws[tok * kBlockRows + row] = v;
+    });
   };
   zero();
   int stage = 0;
@@ -175,6 +180,83 @@ CUtensorMap make_map(const void* base, int64_t rows, int64_t cols, int64_t strid
   return map;
 }
 
+
+// ---- rows only (`rows` mode): no K split, so no fix-up ------------------------------------------
+// CTA c takes the 16-row tiles [U c / P, U (c + 1) / P) of the weight with all of K, in passes of at
+// most 8 tiles (the 4 warps' 128 rows). Balance where N is large: gated 4096 / 14336 (28672 rows)
+// is 1792 tiles, 6 or 7 a CTA at 264 CTAs. A pass loads exactly its tiles: boxes of 64, 32 and 16
+// rows (one tensor map each); x is re-read every pass.
+struct RowsParams {
+  CUtensorMap w64, w32, w16;  // [n, k]: boxes of 64 / 32 / 16 rows x 64 columns
+  CUtensorMap x_map;          // [m, k]: 8 MT rows x 64 columns
+  float* y;                   // [m, n] fp32
+  int64_t m, n, k, ksteps, tiles;
+};
+
+template <int MT, int SK, int ST, int CT>
+__global__ void __launch_bounds__(kThreads, CT) rows_kernel(const __grid_constant__ RowsParams p) {
+  constexpr int kStage = stage_bytes(MT, SK);
+  constexpr int kBoxes = SK / kBox;
+  constexpr int kTileBytes = 16 * 128;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const SmemRing ring = init_ring<ST>(smem_raw, kStage, kConsumers);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t t0 = p.tiles * blockIdx.x / gridDim.x, t1 = p.tiles * (blockIdx.x + 1) / gridDim.x;
+  const int64_t passes = (t1 - t0 + 7) / 8;
+  if (warp == kConsumers) {
+    if (lane != 0) return;
+    const uint64_t pol_w = evict_first_policy(), pol_x = evict_last_policy();
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int64_t ps = 0; ps < passes; ++ps) {
+      const int64_t pt0 = t0 + 8 * ps;
+      const int nt = static_cast<int>(std::min<int64_t>(8, t1 - pt0));
+      const uint32_t bytes = kBoxes * (nt * kTileBytes + x_box_bytes(MT));
+      for (int64_t s = 0; s < p.ksteps; ++s) {
+        mbar_wait(&ring.empty[stage], phase ^ 1);
+        unsigned char* st = ring.stages + stage * kStage;
+        mbar_arrive_expect(&ring.full[stage], bytes);
+        for (int q = 0; q < kBoxes; ++q) {
+          unsigned char* qs = st + q * (w_box_bytes() + x_box_bytes(MT));
+          const int k0 = static_cast<int>(s * SK + q * kBox);
+          int tile = 0;
+          for (; nt - tile >= 4; tile += 4)
+            tma_load_2d(qs + tile * kTileBytes, &p.w64, k0, static_cast<int>(16 * (pt0 + tile)), &ring.full[stage], pol_w);
+          if (nt - tile >= 2) {
+            tma_load_2d(qs + tile * kTileBytes, &p.w32, k0, static_cast<int>(16 * (pt0 + tile)), &ring.full[stage], pol_w);
+            tile += 2;
+          }
+          if (nt - tile >= 1)
+            tma_load_2d(qs + tile * kTileBytes, &p.w16, k0, static_cast<int>(16 * (pt0 + tile)), &ring.full[stage], pol_w);
+          tma_load_2d(qs + w_box_bytes(), &p.x_map, k0, 0, &ring.full[stage], pol_x);
+        }
+        if (++stage == ST) stage = 0, phase ^= 1;
+      }
+    }
+    return;
+  }
+  const int g = lane >> 2, t = lane & 3;
+  float acc[2][MT][4];
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int64_t ps = 0; ps < passes; ++ps) {
+    const int64_t pt0 = t0 + 8 * ps;
+    const int nt = static_cast<int>(std::min<int64_t>(8, t1 - pt0));
+#pragma unroll
+    for (int j = 0; j < 2 * MT * 4; ++j) (&acc[0][0][0])[j] = 0.f;
+    for (int64_t s = 0; s < p.ksteps; ++s) {
+      mbar_wait(&ring.full[stage], phase);
+      pkg::consume_stage<T, MT, SK>(ring.stages + stage * kStage, warp, g, t, acc);  // tiles warp, warp + 4
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&ring.empty[stage]);
+      if (++stage == ST) stage = 0, phase ^= 1;
+    }
+    for_each_acc(acc, warp, g, t, [&](int tok, int row, float v) {  // rows past the pass's tiles: stale
+      if (tok < p.m && row < 16 * nt && 16 * pt0 + row < p.n) p.y[tok * p.n + 16 * pt0 + row] = v;
+    });
+  }
+}
+
 struct Variant {
   std::string name;
   int mt, sk, ct, wbox;
@@ -214,10 +296,6 @@ int main(int argc, char** argv) {
     if (occ < v.ct) std::printf("    (fewer CTAs an SM than the variant asks: its grid oversubscribes)\n");
   }
 
-  struct Shape {
-    const char* name;
-    int64_t n, k;
-  };
   const Shape shapes[] = {{"4096->14336", 14336, 4096},      {"14336->4096", 4096, 14336},
                           {"gated 4096/14336", 28672, 4096}, {"8192->28672", 28672, 8192},
                           {"28672->8192", 8192, 28672},      {"gated 8192/28672", 57344, 8192},
@@ -235,6 +313,59 @@ int main(int argc, char** argv) {
   Timer timer(sms);
   auto time_one = [&](const std::function<void()>& f) { return timer.time_one(f); };
 
+  if (argc > 2 && std::string(argv[2]) == "rows") {  // rows only, against the stream's m16 kernel
+    float* yr;
+    CK(cudaMalloc(&yr, 16LL * 57344 * sizeof(float)));
+    struct RowsVariant {
+      const char* name;
+      int mt, ct;
+      const void* fn;
+      size_t smem;
+      void (*launch)(dim3, size_t, const RowsParams&);
+    };
+    auto rows_variant = [](auto mt_c, auto ct_c, auto st_c, const char* name) {
+      constexpr int MT = decltype(mt_c)::value, CT = decltype(ct_c)::value, ST = decltype(st_c)::value;
+      const size_t smem = static_cast<size_t>(ST) * stage_bytes(MT, 128) + 16 * ST + 1024;
+      auto fn = rows_kernel<MT, 128, ST, CT>;
+      CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      return RowsVariant{name, MT, CT, reinterpret_cast<const void*>(fn), smem,
+                         [](dim3 grid, size_t smem, const RowsParams& p) { rows_kernel<MT, 128, ST, CT><<<grid, kThreads, smem>>>(p); }};
+    };
+    using I = std::integral_constant<int, 1>;
+    using II = std::integral_constant<int, 2>;
+    using III = std::integral_constant<int, 3>;
+    using VI = std::integral_constant<int, 6>;
+    const RowsVariant rvars[] = {rows_variant(I{}, I{}, VI{}, "rows m8 sk128 st6 ct1"),
+                                 rows_variant(I{}, II{}, III{}, "rows m8 sk128 st3 ct2"),
+                                 rows_variant(II{}, I{}, VI{}, "rows m16 sk128 st6 ct1"),
+                                 rows_variant(II{}, II{}, III{}, "rows m16 sk128 st3 ct2")};
+    for_each_case(shapes, {1, 8, 16}, timer, x, w, ref, reps, [&](const Shape& s, int64_t m,
+                                                                   const std::vector<float>& h_ref, float read_us,
+                                                                   float copy_us) {
+        std::vector<float> h_y(m * s.n);
+        Runs runs;
+        for (const RowsVariant& v : rvars) {
+          if (8 * v.mt < m || (v.mt == 2 && m <= 8)) continue;
+          const int64_t tiles = (s.n + 15) / 16, ctas = static_cast<int64_t>(sms) * v.ct;
+          const RowsParams p{make_map(w, s.n, s.k, s.k, 64), make_map(w, s.n, s.k, s.k, 32), make_map(w, s.n, s.k, s.k, 16),
+                             make_map(x, m, s.k, s.k, 8 * v.mt), yr, m, s.n, s.k, (s.k + 127) / 128, tiles};
+          CK(cudaMemset(yr, 0xff, m * s.n * 4));  // NaN-poisoned
+          v.launch(dim3(static_cast<unsigned>(ctas)), v.smem, p);
+          CK(cudaGetLastError());
+          CK(cudaMemcpy(h_y.data(), yr, h_y.size() * 4, cudaMemcpyDeviceToHost));
+          MaxError e;
+          for (size_t i = 0; i < h_y.size(); ++i) e.add(h_y[i], h_ref[i]);
+          const double balance = static_cast<double>(tiles) / (ctas * ((tiles + ctas - 1) / ctas));
+          char label[160];
+          std::snprintf(label, sizeof label, "%-24s balance %3.0f%% %s", v.name, 100 * balance, e.text().c_str());
+          runs.add(label, [&v, ctas, p, &time_one] {
+            return time_one([&] { v.launch(dim3(static_cast<unsigned>(ctas)), v.smem, p); });
+          });
+        }
+        runs.report(m, reps, read_us, copy_us);
+    });
+    return 0;
+  }
   if (argc > 2 && std::string(argv[2]) == "pkg") {  // the package kernel beside this one, tidy and noisy data
     T* y;
     float* pws;
@@ -263,17 +394,10 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  for (const Shape& s : shapes) {
-    const int64_t wbytes = s.n * s.k * 2;
-    float read_us, copy_us;
-    timer.ceilings(s.name, s.n, s.k, w, wbytes, reps, read_us, copy_us);
-    for (int64_t m : {1, 8, 16}) {
-      reference_kernel<<<static_cast<unsigned>((m * s.n * 32 + 255) / 256), 256>>>(x, w, ref, m, s.n, s.k);
-      CK(cudaGetLastError());
-      std::vector<float> h_ref(m * s.n);
-      CK(cudaMemcpy(h_ref.data(), ref, h_ref.size() * 4, cudaMemcpyDeviceToHost));
-      std::vector<std::function<float()>> runs;
-      std::vector<std::string> labels;
+  for_each_case(shapes, {1, 8, 16}, timer, x, w, ref, reps, [&](const Shape& s, int64_t m,
+                                                                 const std::vector<float>& h_ref, float read_us,
+                                                                 float copy_us) {
+      Runs runs;
       for (const Variant& v : vars) {
         if (8 * v.mt < m || (v.mt == 2 && m <= 8)) continue;
         const int64_t ksteps = (s.k + v.sk - 1) / v.sk;
@@ -297,29 +421,21 @@ int main(int argc, char** argv) {
         CK(cudaDeviceSynchronize());
         std::vector<float> h_ws(need);
         CK(cudaMemcpy(h_ws.data(), ws, need * 4, cudaMemcpyDeviceToHost));
-        double max_err = 0, max_ref = 0;
+        MaxError e;
         for (int64_t tok = 0; tok < m; ++tok)
           for (int64_t row = 0; row < s.n; ++row) {
             const int64_t b = row / kBlockRows, rr = row % kBlockRows;
             double a = 0;
             for (int sl = 0; sl < maxseg; ++sl) a += h_ws[((b * maxseg + sl) * m + tok) * kBlockRows + rr];
-            const double ref_v = h_ref[tok * s.n + row];
-            const double e = std::abs(a - ref_v);
-            max_err = (e <= 1e30) ? std::max(max_err, e) : 1e30;
-            max_ref = std::max(max_ref, std::abs(ref_v));
+            e.add(a, h_ref[tok * s.n + row]);
           }
         char label[160];
-        std::snprintf(label, sizeof label, "%-28s segs %d err %.1e/%.0f%s", v.name.c_str(), maxseg, max_err, max_ref,
-                      max_err > 1e-2 * std::max(1.0, max_ref) ? "  WRONG" : "");
-        labels.push_back(label);
-        const Variant* vp = &v;
-        runs.push_back([vp, ctas, p, &time_one] {
-          return time_one([&] { vp->launch(dim3(static_cast<unsigned>(ctas)), vp->smem, p); });
+        std::snprintf(label, sizeof label, "%-28s segs %d %s", v.name.c_str(), maxseg, e.text().c_str());
+        runs.add(label, [&v, ctas, p, &time_one] {
+          return time_one([&] { v.launch(dim3(static_cast<unsigned>(ctas)), v.smem, p); });
         });
       }
-      std::printf("  M = %lld\n", (long long)m);
-      report_interleaved(runs, labels, reps, read_us, copy_us);
-    }
-  }
+      runs.report(m, reps, read_us, copy_us);
+  });
   return 0;
 }

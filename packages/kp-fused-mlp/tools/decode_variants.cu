@@ -269,10 +269,6 @@ int main(int argc, char** argv) {
                 fa.localSizeBytes, smem_of(v), occ);
   }
 
-  struct Shape {
-    const char* name;
-    int64_t n, k;
-  };
   const Shape shapes[] = {{"4096->14336", 14336, 4096},        {"14336->4096", 4096, 14336},
                           {"gated 4096/14336", 28672, 4096},   {"8192->28672", 28672, 8192},
                           {"28672->8192", 8192, 28672},        {"gated 8192/28672", 57344, 8192}};
@@ -294,11 +290,7 @@ int main(int argc, char** argv) {
     float read_us, copy_us;
     timer.ceilings(s.name, s.n, s.k, w, wbytes, reps, read_us, copy_us);
     for (int64_t m : {8, 16, 32}) {
-      const int threads = 256;
-      reference_kernel<<<static_cast<unsigned>((m * s.n * 32 + threads - 1) / threads), threads>>>(x, w, ref, m, s.n, s.k);
-      CK(cudaGetLastError());
-      std::vector<float> h_ref(m * s.n);
-      CK(cudaMemcpy(h_ref.data(), ref, h_ref.size() * 4, cudaMemcpyDeviceToHost));
+      const std::vector<float> h_ref = reference(x, w, ref, m, s.n, s.k);
       std::vector<std::function<float()>> runs;
       std::vector<std::string> labels;
       for (const Variant& v : vars)
