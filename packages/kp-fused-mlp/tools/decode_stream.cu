@@ -158,26 +158,9 @@ __global__ void __launch_bounds__(kThreads, CT) stream_kernel(const __grid_const
   if (cur >= 0) flush(cur);
 }
 
-// A 2-D bf16 tensor map of [rows, cols] (row stride `stride` elements), boxes of box_rows x 64
-// columns with the 128-byte swizzle; out-of-bounds elements read as zeros.
+// A bf16 [rows, cols] tensor map, boxes of box_rows x 64 columns, 128-byte swizzle: the package's.
 CUtensorMap make_map(const void* base, int64_t rows, int64_t cols, int64_t stride, int box_rows) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    CK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q));
-    if (!fn) std::printf("no cuTensorMapEncodeTiled\n"), std::exit(1);
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride * 2)};
-  const cuuint32_t box[2] = {kBox, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t estr[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
-                            estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) std::printf("cuTensorMapEncodeTiled: %d\n", static_cast<int>(r)), std::exit(1);
-  return map;
+  return pkg::make_map(base, kp::kBF16, rows, cols, stride, box_rows);
 }
 
 
