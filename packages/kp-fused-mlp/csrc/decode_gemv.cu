@@ -525,18 +525,20 @@ DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype,
                      int device) {
   DecodePlan pl{};
   const kp::DeviceInfo& info = kp::device_info(device);
-  pl.row = row_index >= 0 ? row_index : pick_decode_row(m, info.major * 10 + info.minor);
+  pl.row = row_index >= 0 ? row_index
+                         : pick_decode_row(m, info.major * 10 + info.minor, decode_tma_tiles(n_out, gated), info.sms);
   const DecodeRow& row = DecodeTable::rows[pl.row];
   const int64_t ksteps = kp::cdiv(k, step_k(row));
   const int64_t blocks = kp::cdiv(n_out, cols_per_block(row, gated));
   const int64_t chunks = kp::cdiv(m, tokens_per_chunk(row));
-  if (is_tma(row)) {  // persistent, no K splits: P CTAs share the blocks x k-steps (decode_tma.cu)
+  if (is_tma(row)) {  // persistent, rows only: P CTAs share the 16-row tiles (decode_tma.cu)
     pl.ctas_per_sm = decode_tma_ctas_per_sm(pl.row, dtype, gated, device);
     pl.splits = 1;
     pl.split_steps = static_cast<int>(ksteps);
     pl.step_k = static_cast<int>(step_k(row));
     pl.cluster = 1;
-    pl.grid_x = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(int64_t{pl.ctas_per_sm} * info.sms, blocks * ksteps)));
+    const int64_t tiles = decode_tma_tiles(n_out, gated);
+    pl.grid_x = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(int64_t{pl.ctas_per_sm} * info.sms, tiles)));
     pl.grid_y = 1;
     pl.grid_z = static_cast<int>(std::min<int64_t>(chunks, INT32_MAX));
     return pl;
@@ -600,8 +602,7 @@ DecodePlan decode_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtyp
 }
 
 int64_t decode_workspace_bytes(const DecodePlan& p, int64_t m, int64_t n_out, bool gated) {
-  if (is_tma(DecodeTable::rows[p.row]))
-    return decode_tma_workspace_bytes(p.row, p.grid_x, p.grid_z, decode_tma_blocks(n_out, gated));
+  if (is_tma(DecodeTable::rows[p.row])) return 0;  // rows only: no partial sums
   return p.splits > 1 && p.cluster == 1 ? static_cast<int64_t>(p.splits) * m * (gated ? 2 * n_out : n_out) * 4 : 0;
 }
 
@@ -637,8 +638,6 @@ void decode_gemv(const DecodeArgs& a, int splits, int row, int device, cudaStrea
     KP_CHECK_ARG(info.major >= 9, std::string("decode: ") + DecodeTable::rows[pl.row].name +
                                       " needs sm90 (TMA); device " + std::to_string(device) + " is sm_" +
                                       std::to_string(info.major * 10 + info.minor));
-    KP_CHECK_ARG(a.ws != nullptr, std::string("decode: ") + DecodeTable::rows[pl.row].name +
-                                      " needs a workspace of decode_plan's workspace_bytes");
     decode_tma(a, pl, device, stream);
     return;
   }

@@ -72,15 +72,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       "r"(parity)
       : "memory");
 }
-// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory, one
-// bulk copy, completing as transaction bytes on `bar`; `pol` an L2 cache policy.
-__device__ __forceinline__ void bulk_load(void* smem, const void* gmem, uint32_t bytes, uint64_t* bar, uint64_t pol) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
-          smem_addr(smem)),
-      "l"(gmem), "r"(bytes), "r"(smem_addr(bar)), "l"(pol)
-      : "memory");
-}
 // A 2-D tile of a tensor map (TMA) into shared memory at column c0, row c1, completing as
 // transaction bytes on `bar` (the whole box counts, out-of-bounds parts arrive as zeros).
 __device__ __forceinline__ void tma_load_2d(void* smem, const void* map, int c0, int c1, uint64_t* bar, uint64_t pol) {
@@ -88,6 +79,15 @@ __device__ __forceinline__ void tma_load_2d(void* smem, const void* map, int c0,
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
       " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(smem_addr(smem)),
       "l"(map), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "l"(pol)
+      : "memory");
+}
+// A 4-D box of a tensor map at coordinates (c0 innermost .. c3), as tma_load_2d.
+__device__ __forceinline__ void tma_load_4d(void* smem, const void* map, int c0, int c1, int c2, int c3, uint64_t* bar,
+                                            uint64_t pol) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_addr(smem)),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar)), "l"(pol)
       : "memory");
 }
 // A ring of ST shared-memory stages, each with a full mbarrier (one arrival, the producer's, plus

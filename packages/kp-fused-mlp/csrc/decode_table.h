@@ -24,18 +24,18 @@
 //        3; so the fma rows stop at 2 tokens and M = 3-8 runs the m8 mma row.
 //   mma  mma.sync m16n8k16 (decode_gemv_kernel): 32 weight rows a warp as the MMA's M side,
 //        `m_tiles` 8-token MMA columns of x, x from CTA-shared chunks.
-//   tma  sm90 only (decode_tma.cu): the weights through shared memory, loaded by TMA in 64-column
-//        boxes of 64 rows (16 KB a block of 128 rows) into a ring of `stages` stages of `stage_k`
-//        columns, one producer warp, 4 mma.sync warps; persistent (ctas x SMs CTAs), each CTA
-//        streaming an equal share of the (row block, k-step) sequence, so no wave tail and no
-//        ring drain between blocks; a block shared by CTAs is summed by its last CTA in a fixed
-//        order (decode_tma.cu). H200 microbenchmark (2026-11-28, tools/decode_stream.cu, clean
-//        flush, % of a same-bytes copy, 16 tokens): 4096 -> 14336 83%, 14336 -> 4096 83-86%,
-//        gated 4096 / 14336 91%, 8192 / 28672 shapes 95-98%; the register ring (mma rows) 79-82%,
-//        82%, 83-86%, 88-90%. A 1-D bulk copy a row instead of boxes: 4x slower (TMA's issue
-//        cost a copy, ~60 cycles, for 256-512 bytes).
-// Rows (the first whose max_m >= M and min_sm <= the device's wins, the tma rows forced only; a
-// forced row past its max_m runs x in chunks of its tokens, grid z; the tma rows take no K splits):
+//   tma  sm90 only (decode_tma.cu): the weights through shared memory, loaded by TMA as whole
+//        16-row tiles x 64 columns into a ring of `stages` stages of `stage_k` columns, one
+//        producer warp, 4 mma.sync warps; persistent (ctas x SMs CTAs), each CTA taking an equal
+//        run of the tiles with all of K (rows only: no K split, no fix-up, no workspace). H200
+//        microbenchmark (2026-11-29, tools/decode_stream.cu rows, clean flush, % of a same-bytes
+//        copy, 16 tokens): gated 4096 / 14336 90%, 8192 -> 28672 96%, gated 8192 / 28672 97%,
+//        4096 -> 14336 84% (3.4 tiles a CTA); the register ring (mma rows, session 28's run)
+//        83-86%, 88-90%, 88-90%, 79-82%. With fewer tiles than CTAs (down projections: 256 at N
+//        = 4096) 40-55%: too few bytes in flight a CTA; those keep the mma rows' K splits.
+// Rows (the first whose max_m >= M and min_sm <= the device's wins, a tma row only where the call
+// has min_cta_tiles tiles a CTA; a forced row past its max_m runs x in chunks of its tokens, grid
+// z; the tma rows take no K splits):
 //   tokens    fma: the tokens a warp accumulates (registers: rows x tokens accumulators, 8 x
 //             tokens fp32 x values a step); mma: 8-token MMA tiles (`m_tiles`): the warp's
 //             accumulators are 2 x m_tiles x 4 fp32 registers.
@@ -55,7 +55,8 @@
 //             microbenchmark, 16 tokens, 1 packet: +3-8% alone, +6-15% with 2 packets.
 //             m8 / m16 at 2 packets x 3 stages: 166-168 registers, 3 CTAs an SM, no spills.
 //             m32 keeps 1 packet; the GEMM takes 32 tokens by default (the cut below).
-//   rows      fma: weight rows a warp (gated: rows / 2 gate rows and their up rows); mma: 32.
+//   rows      fma: weight rows a warp (gated: rows / 2 gate rows and their up rows); mma: 32; tma:
+//             32 a pass (two 16-row tiles).
 //   ctas      the kernel's __launch_bounds__ CTAs an SM: the registers a thread may take (168 at 3,
 //             255 at 2). m32's 4 token tiles take 188 unbounded: 2 CTAs, no spill.
 //   min_wave_pct  the share of the resident CTA slots that keeps HBM saturated, for the split
@@ -64,6 +65,10 @@
 //   min_split_steps  steps a split keeps at least (its ring must fill: >= 2 x stages; an x chunk).
 //   stage_k   tma: columns a ring stage (boxes of 64); stages x (stage_k / 64) x (16 + tokens) KB of
 //             shared memory a CTA (m8 / m16 at 128 x 3: 102 / 108 KB, 2 CTAs an SM).
+//   min_cta_tiles  tma: the 16-row tiles a CTA must get on average for the row to be the default:
+//             a ring of 3 stages holds 12 KB a tile, and an SM needs ~30-40 KB in flight (Little's
+//             law above) from its 2 CTAs: 4096 -> 14336 (3.4 a CTA) streams at 84%, the gated
+//             projection (6.8) at 90%. Below it the mma rows run.
 //   min_sm    the oldest arch a row runs on (tma: 90).
 //   ws_pct    the fp32 partials of the splits (written and read: 8 S M N bytes) may cost at
 //             most this % of the weight bytes (2 N K): S <= ws_pct K / (400 M). K = 4096: S <= 2
@@ -95,20 +100,21 @@ struct DecodeRow {
   int min_split_steps;
   int ws_pct;
   int stage_k;  // tma: columns a stage (others: 0)
+  int min_cta_tiles;  // tma: 16-row tiles a CTA at least, to be the default (others: 0)
   int min_sm;
 };
 
 struct DecodeTable {
   using K = DecodeKind;
   static constexpr DecodeRow rows[] = {
-      // name             kind     max_m  tokens  stages  rows  packets  x_chunk  ctas  min_wave_pct  min_split_steps  ws_pct  stage_k  min_sm
-      {"decode_fma_m1",   K::kFma,     1,      1,      4,    4,       1,       0,    4,          100,               8,     4,       0,     80},
-      {"decode_fma_m2",   K::kFma,     2,      2,      4,    4,       1,       0,    4,          100,               8,     4,       0,     80},
-      {"decode_tma_m8",   K::kTma,     8,      1,      3,   32,       0,       0,    2,            0,               0,     0,     128,     90},
-      {"decode_tma_m16",  K::kTma,    16,      2,      3,   32,       0,       0,    2,            0,               0,     0,     128,     90},
-      {"decode_m8",       K::kMma,     8,      1,      3,   32,       2,     512,    3,           45,               8,     4,       0,     80},
-      {"decode_m16",      K::kMma,    16,      2,      3,   32,       2,     512,    3,           45,               8,     4,       0,     80},
-      {"decode_m32",      K::kMma,    32,      4,      3,   32,       1,     256,    2,           45,              10,     4,       0,     80},
+      // name             kind     max_m  tokens  stages  rows  packets  x_chunk  ctas  min_wave_pct  min_split_steps  ws_pct  stage_k  min_cta_tiles  min_sm
+      {"decode_fma_m1",   K::kFma,     1,      1,      4,    4,       1,       0,    4,          100,               8,     4,       0,             0,     80},
+      {"decode_fma_m2",   K::kFma,     2,      2,      4,    4,       1,       0,    4,          100,               8,     4,       0,             0,     80},
+      {"decode_tma_m8",   K::kTma,     8,      1,      3,   32,       0,       0,    2,            0,               0,     0,     128,             4,     90},
+      {"decode_tma_m16",  K::kTma,    16,      2,      3,   32,       0,       0,    2,            0,               0,     0,     128,             4,     90},
+      {"decode_m8",       K::kMma,     8,      1,      3,   32,       2,     512,    3,           45,               8,     4,       0,             0,     80},
+      {"decode_m16",      K::kMma,    16,      2,      3,   32,       2,     512,    3,           45,               8,     4,       0,             0,     80},
+      {"decode_m32",      K::kMma,    32,      4,      3,   32,       1,     256,    2,           45,              10,     4,       0,             0,     80},
   };
   static constexpr int size = sizeof(rows) / sizeof(rows[0]);
   // The most tokens a row serves by default: gated_linear's cuda level takes calls up to it (no
@@ -159,14 +165,14 @@ struct DecodeRowT {
   static constexpr int stage_k = DecodeTable::rows[Row].stage_k;
 };
 
-// The row a call of M tokens gets on an sm_`sm` device. The tma rows are forced only (decode_row)
-// until their calls match their microbenchmark: in the package they ran 42-46 us at 16 tokens on
-// Llama-3-8B's projections against 34-35 for the same stream in tools/decode_stream.cu and 38-40
-// for the mma rows (H200, 2026-11-28; the journal, session 28, says where the time goes).
-inline int pick_decode_row(int64_t m, int sm) {
+// The row a call of M tokens gets on an sm_`sm` device; a tma row only where its persistent grid
+// (ctas x `sms` CTAs) gets at least min_cta_tiles of the call's `tma_tiles` 16-row tiles a CTA.
+inline int pick_decode_row(int64_t m, int sm, int64_t tma_tiles, int sms) {
   for (int i = 0; i < DecodeTable::size; ++i) {
     const DecodeRow& r = DecodeTable::rows[i];
-    if (m <= r.max_m && sm >= r.min_sm && r.kind != DecodeKind::kTma) return i;
+    if (m > r.max_m || sm < r.min_sm) continue;
+    if (r.kind == DecodeKind::kTma && tma_tiles < static_cast<int64_t>(r.min_cta_tiles) * r.ctas * sms) continue;
+    return i;
   }
   return DecodeTable::size - 1;
 }

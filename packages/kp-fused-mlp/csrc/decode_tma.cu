@@ -3,39 +3,38 @@
 //   linear: y[m, n] = act(x[m, k] @ w[n, k]^T + bias[n]);  gated: y = act(x Wg^T + bg) * (x Wu^T + bu)
 //
 // Why not the register ring of decode_gemv.cu: at 16 tokens it reaches 79-90% of a copy of the
-// weight bytes with more bytes in flight than Little's law asks, and its grid of row blocks x K
-// splits leaves a wave tail and a ring fill a CTA. Here (H200, tools/decode_stream.cu: 83-98%):
-//   - TMA boxes of 64 weight rows x 64 columns (8 KB, 128-byte swizzle) into a ring of `ST` stages
-//     of SK columns a CTA, issued by one lane of a producer warp: one instruction per 8 KB instead
-//     of one per 16 bytes a thread, no registers held by loads in flight. (One 1-D bulk copy a row
-//     was 4x slower: TMA spends ~60 cycles a copy however small.)
-//   - Persistent: P = CTAs an SM x SMs CTAs; the work is the sequence of (block of 128 weight
-//     rows, k-step of SK columns) pairs, T of them, and CTA c takes steps [T c / P, T (c + 1) / P):
-//     every CTA streams the same bytes whatever the shape, and the producer runs ahead across row
-//     blocks, so the ring never drains between them.
-//   - A block whose steps span CTAs c0 < ... < c1 is summed by the last of them to finish it: each
-//     leaves its part in the workspace, then counts itself on the block's arrival counter
-//     (threadfence-reduction style: no CTA ever waits for another, so no residency assumption);
-//     the one that completes the count adds all parts in CTA order (its own from registers), so
-//     the sums are the same whoever arrives last: deterministic for a given grid.
-//     Measured against the first design (H200, 2026-11-28, 16 tokens; tools/decode_stream.cu pkg):
-//     steps run backwards and c1 spinning on c0 .. c1 - 1's flags at its end cost 5-11 us a call
-//     (41 / 46 us against 35 for the same stream without the fix-up at 4096 -> 14336 / 14336 ->
-//     4096): c1 waited for the slowest part, then read the parts one flag at a time.
+// weight bytes with more bytes in flight than Little's law asks. Here (H200, tools/decode_stream.cu):
+//   - TMA boxes of whole 16-row tiles x 64 columns (2 KB a tile, 128-byte swizzle) into a ring of
+//     `ST` stages of SK columns a CTA, issued by one lane of a producer warp: one instruction per
+//     up to 8 KB instead of one per 16 bytes a thread, no registers held by loads in flight. (One
+//     1-D bulk copy a row was 4x slower: TMA spends ~60 cycles a copy however small.)
+//   - Rows only, all of K: P = CTAs an SM x SMs CTAs; CTA c takes the 16-row tiles [U c / P,
+//     U (c + 1) / P) of the U tiles, in passes of at most 8 (the 4 warps x 2 tiles), and runs the
+//     epilogue of each pass from its registers. No CTA shares an output with another, so there is
+//     no fix-up and no workspace. Balanced where U >= ~4 P (decode_table.h's min_tiles_per_cta):
+//     gated 4096 / 14336 is 1792 tiles, 6 or 7 a CTA at 264 CTAs.
+//     Measured against the first design (persistent shares of (row block, k-step), the parts of
+//     blocks that straddle CTAs added by the last to arrive; H200, 2026-11-28/29, 16 tokens, % of a
+//     same-bytes copy): that fix-up ran after every CTA's stream (~5 L2 round trips a call): 42-46
+//     us in the package against 35 for its stream alone. Rows only, tools/decode_stream.cu rows:
+//     gated 4096 / 14336 90%, 8192 -> 28672 96%, gated 8192 / 28672 97%; where U < P (the down
+//     projections, 14336 -> 4096: 256 tiles, one a CTA) 40-55%: too few bytes in flight a CTA, so
+//     those keep the mma rows (K splits summed over a cluster).
 //
-// Forced only for now (decode_table.h's pick_decode_row): the fix-up above runs after every CTA's
-// stream, a chain of ~5 L2 round trips (part stored, fenced, counted, fenced, parts read).
+// A tile is 16 weight rows whose outputs one m16n8k16 MMA leaves in a thread: rows g and g + 8 of
+// the MMA (g = lane / 4). Linear: rows 16 t .. 16 t + 15. Gated: gate rows 8 t .. 8 t + 7, then up
+// rows I + 8 t .. I + 8 t + 7, so a thread holds the gate and up sums of column 8 t + g. Both are
+// one 4-D view of the weight, (64 columns, 8 rows, 2 halves, tiles), whose half stride is 8 rows
+// (linear) or I rows (gated): a box of (64, 8, 2, 4 | 2 | 1) loads 4, 2 or 1 whole tiles. The last
+// tile when it is partial (N % 16, I % 8) comes from a 2-D map of 8-row boxes, whose rows past the
+// weight arrive as zeros (gated: its gate half past I reads up rows; those columns are not stored).
 //
-// The smem of a stage, per 64-column box q: the block's two 64-row weight boxes (rows 0-63 and
-// 64-127: linear, rows 128 b + 0..127; gated, gate rows 64 b.. and up rows I + 64 b..), then the
-// x box (8 MT token rows). Warp w computes rows 64 r + 16 w + (0..15) of each box r: gated, gate
-// column 16 w + i (r = 0) and its up row (r = 1) in the same thread. Out-of-bounds rows, columns
-// and tokens arrive as zeros (the whole box still counts as transaction bytes).
+// The smem of a stage, per 64-column box q: the pass's tiles (2 KB each, 8 at most: 16 KB), then
+// the x box (8 MT token rows). Warp w computes tiles w and w + 4 of the pass.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -54,71 +53,48 @@ namespace {
 
 using namespace decode_ptx;
 
-constexpr int kConsumers = 4;                      // mma warps, 32 weight rows each
-constexpr int kConsumerThreads = 32 * kConsumers;  // the named barrier's count
-constexpr int kThreads = kConsumerThreads + 32;    // + the producer warp
-constexpr int kBlockRows = 32 * kConsumers;        // weight rows a block (gated: 64 columns)
+constexpr int kConsumers = 4;                      // mma warps, 2 tiles each
+constexpr int kThreads = 32 * kConsumers + 32;     // + the producer warp
+constexpr int kTileRows = 16;                      // weight rows a tile: one m16n8k16's M side
+constexpr int kPassTiles = 2 * kConsumers;         // tiles a pass
 constexpr int kBox = 64;                           // columns a box: 128 bytes, the swizzle's span
-constexpr int kBoxRows = 64;
+constexpr int kTileBytes = kTileRows * kBox * 2;   // 2 KB
+// Tiles a box of 4-D map s (4, 2, 1): a pass of nt tiles is at most one box of each.
+__host__ __device__ constexpr int map_tiles(int s) { return 4 >> s; }
 
 struct TmaParams {
-  CUtensorMap w_map;  // [rows, k]: boxes of 64 rows x 64 columns
-  CUtensorMap x_map;  // [m, k]: boxes of 8 MT tokens x 64 columns
+  CUtensorMap w_tiles[3];  // the 4-D view (64 columns, 8 rows, 2 halves, full tiles): boxes of map_tiles(s)
+  CUtensorMap w_rows;      // [rows, k]: boxes of 8 rows x 64 columns (a partial last tile)
+  CUtensorMap x_map;       // [m, k]: boxes of 8 MT tokens x 64 columns
   const void* bias;
   void* y;
-  float* partials;               // [grid z][grid x][2: a CTA's first block, its last][2 MT 4][kConsumerThreads]
-  unsigned long long* counters;  // [grid z][blocks]: the call's nonce << 16 | parts arrived
-  int64_t m, n_out, k;           // n_out: output columns (gated: I)
-  int64_t blocks, ksteps, total; // row blocks, k-steps a block, blocks x ksteps
-  int64_t row_step, second_box;  // weight rows from block b to b + 1, from box 0 to box 1
+  int64_t m, n_out, k;      // n_out: output columns (gated: I)
+  int64_t ksteps, tiles, full_tiles;
+  int tile_step, half_step;  // weight rows from tile t to t + 1, from a tile's first half to its second
   int act;
-  unsigned long long nonce;
 };
 
-__host__ __device__ constexpr int w_box_bytes() { return kBoxRows * kBox * 2; }
 __host__ __device__ constexpr int x_box_bytes(int mt) { return 8 * mt * kBox * 2; }
-__host__ __device__ constexpr int stage_bytes(int mt, int sk) { return sk / kBox * (2 * w_box_bytes() + x_box_bytes(mt)); }
+__host__ __device__ constexpr int box_bytes(int mt) { return kPassTiles * kTileBytes + x_box_bytes(mt); }
+__host__ __device__ constexpr int stage_bytes(int mt, int sk) { return sk / kBox * box_bytes(mt); }
 // Dynamic smem: the stages, full and empty mbarriers, and 1 KB to align the ring (the swizzle's
 // pattern repeats every 1024 bytes: a box must start on one).
 constexpr size_t smem_of(int mt, int sk, int st) { return static_cast<size_t>(st) * stage_bytes(mt, sk) + 16 * st + 1024; }
 
 // The kernel's helpers: sm90 only (the kernel's body is empty below it).
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-// The CTA whose share [T c / P, T (c + 1) / P) holds step q.
-__host__ __device__ __forceinline__ int64_t cta_of_step(int64_t q, int64_t total, int64_t ctas) {
-  return ((q + 1) * ctas - 1) / total;
-}
-
 // The 16-byte chunk c of row `row` of a 128-byte-swizzled box: stored at chunk c ^ (row % 8).
 __device__ __forceinline__ uint4 ld_swizzled(const unsigned char* box, int row, int c) {
   return *reinterpret_cast<const uint4*>(box + row * 128 + ((c ^ (row & 7)) << 4));
 }
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory"); }
-// One more part of a shared block has arrived: returns whether it was the last of `parts`. The
-// counter holds the call's nonce << 16 | parts so far; any other high bits (a fresh workspace's
-// garbage, another call's) count as 0. The last resets it (a replayed CUDA graph repeats the nonce).
-__device__ __forceinline__ bool count_arrival(unsigned long long* counter, int parts, unsigned long long nonce) {
-  const unsigned long long tag = nonce << 16;
-  unsigned long long seen = *reinterpret_cast<volatile unsigned long long*>(counter);
-  unsigned long long count;
-  while (true) {
-    count = (seen & ~0xffffull) == tag ? (seen & 0xffff) : 0;
-    const unsigned long long prev = atomicCAS(counter, seen, tag | (count + 1));
-    if (prev == seen) break;
-    seen = prev;
-  }
-  if (count + 1 < static_cast<unsigned long long>(parts)) return false;
-  *counter = 0;
-  return true;
-}
 
-// The MMAs of one stage for warp `warp` (thread g = lane / 4, t = lane % 4): rows 16 warp + 0..15
-// of both weight boxes of each 64-column box q against its x box, into acc[box][token tile].
+// The MMAs of one stage for warp `warp` (thread g = lane / 4, t = lane % 4): tiles warp and warp +
+// 4 of each 64-column box q (acc[0], acc[1]) against its x box, into acc[tile][token tile].
 template <typename T, int MT, int SK>
 __device__ __forceinline__ void consume_stage(const unsigned char* st, int warp, int g, int t, float (&acc)[2][MT][4]) {
 #pragma unroll
   for (int q = 0; q < SK / kBox; ++q) {
-    const unsigned char* qs = st + q * (2 * w_box_bytes() + x_box_bytes(MT));
+    const unsigned char* qs = st + q * box_bytes(MT);
     // Thread t takes chunks 2t + j of each row (k values 16t + 8j ..; the MMA's k order is free as
     // long as x's match): rows g and g + 1 of a quarter-warp's LDS.128 then hit disjoint banks
     // under the swizzle (chunks {0, 2, 4, 6} ^ g against ^ (g + 1)).
@@ -129,9 +105,9 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int warp,
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) w[r][h] = ld_swizzled(qs + r * w_box_bytes(), 16 * warp + 8 * h + g, c);
+        for (int h = 0; h < 2; ++h) w[r][h] = ld_swizzled(qs, kTileRows * (warp + kConsumers * r) + 8 * h + g, c);
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) xb[mt] = ld_swizzled(qs + 2 * w_box_bytes(), 8 * mt + g, c);
+      for (int mt = 0; mt < MT; ++mt) xb[mt] = ld_swizzled(qs + kPassTiles * kTileBytes, 8 * mt + g, c);
 #pragma unroll
       for (int r = 0; r < 2; ++r)
 #pragma unroll
@@ -140,6 +116,22 @@ __device__ __forceinline__ void consume_stage(const unsigned char* st, int warp,
   }
 }
 
+// The producer's copies of tiles [t0, t0 + nt) x columns k0 .. k0 + 63 into `dst` (2 KB a tile):
+// whole tiles through the 4-D maps, a partial last one as two 8-row boxes.
+__device__ __forceinline__ void load_tiles(unsigned char* dst, const TmaParams& p, int64_t t0, int nt, int k0,
+                                           uint64_t* bar, uint64_t pol) {
+  const int whole = static_cast<int>(std::min<int64_t>(nt, std::max<int64_t>(0, p.full_tiles - t0)));
+  int i = 0;
+#pragma unroll
+  for (int s = 0; s < 3; ++s)
+    for (; whole - i >= map_tiles(s); i += map_tiles(s))
+      tma_load_4d(dst + i * kTileBytes, &p.w_tiles[s], k0, 0, 0, static_cast<int>(t0 + i), bar, pol);
+  if (whole < nt) {  // the partial last tile
+    const int row = static_cast<int>((t0 + whole) * p.tile_step);
+    tma_load_2d(dst + whole * kTileBytes, &p.w_rows, k0, row, bar, pol);
+    tma_load_2d(dst + whole * kTileBytes + kTileBytes / 2, &p.w_rows, k0, row + p.half_step, bar, pol);
+  }
+}
 #endif  // sm90
 
 template <typename T, int MT, int SK, int ST, int CT, bool GATED>
@@ -147,42 +139,40 @@ __global__ void __launch_bounds__(kThreads, CT) decode_tma_kernel(const __grid_c
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kStage = stage_bytes(MT, SK);
   constexpr int kBoxes = SK / kBox;  // per stage
-  constexpr int kAcc = 2 * MT * 4;
-  static_assert(SK % kBox == 0 && kStage % 1024 == 0, "a stage is whole 1 KB-aligned boxes");
+  static_assert(SK % kBox == 0 && kStage % 1024 == 0 && box_bytes(MT) % 1024 == 0, "stages are whole 1 KB-aligned boxes");
   extern __shared__ unsigned char smem_raw[];
   const SmemRing ring = init_ring<ST>(smem_raw, kStage, kConsumers);
-  unsigned char* const smem = ring.stages;
-  uint64_t* const full = ring.full;
-  uint64_t* const empty = ring.empty;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  // A programmatic dependent: x (and the workspace's memory) may be the previous kernel's; nothing
-  // global before the wait.
+  // A programmatic dependent: x may be the previous kernel's output; nothing global before the wait.
   kp::wait_prior_grid();
   const int64_t ctas = gridDim.x, cta = blockIdx.x;
   const int x_row0 = static_cast<int>(blockIdx.z) * 8 * MT;
-  const int64_t begin = p.total * cta / ctas, end = p.total * (cta + 1) / ctas;
+  const int64_t t_begin = p.tiles * cta / ctas, t_end = p.tiles * (cta + 1) / ctas;
+  const int64_t passes = (t_end - t_begin + kPassTiles - 1) / kPassTiles;
 
   if (warp == kConsumers) {  // the producer: lane 0 issues every box of a stage
     if (lane == 0) {
       const uint64_t pol_w = evict_first_policy(), pol_x = evict_last_policy();
       int stage = 0;
       uint32_t phase = 0;
-      for (int64_t it = begin; it < end; ++it) {
-        const int64_t b = it / p.ksteps;
-        const int k0 = static_cast<int>((it - b * p.ksteps) * SK);
-        const int row0 = static_cast<int>(b * p.row_step);
-        mbar_wait(&empty[stage], phase ^ 1);
-        unsigned char* st = smem + stage * kStage;
-        mbar_arrive_expect(&full[stage], kStage);
+      for (int64_t ps = 0; ps < passes; ++ps) {
+        const int64_t t0 = t_begin + kPassTiles * ps;
+        const int nt = static_cast<int>(std::min<int64_t>(kPassTiles, t_end - t0));
+        // Every box counts whole, zeros past the tensor included.
+        const uint32_t bytes = kBoxes * (nt * kTileBytes + x_box_bytes(MT));
+        for (int64_t s = 0; s < p.ksteps; ++s) {
+          mbar_wait(&ring.empty[stage], phase ^ 1);
+          unsigned char* st = ring.stages + stage * kStage;
+          mbar_arrive_expect(&ring.full[stage], bytes);
 #pragma unroll
-        for (int q = 0; q < kBoxes; ++q) {
-          unsigned char* qs = st + q * (2 * w_box_bytes() + x_box_bytes(MT));
-          tma_load_2d(qs, &p.w_map, k0 + q * kBox, row0, &full[stage], pol_w);
-          tma_load_2d(qs + w_box_bytes(), &p.w_map, k0 + q * kBox, static_cast<int>(row0 + p.second_box), &full[stage],
-                      pol_w);
-          tma_load_2d(qs + 2 * w_box_bytes(), &p.x_map, k0 + q * kBox, x_row0, &full[stage], pol_x);
+          for (int q = 0; q < kBoxes; ++q) {
+            const int k0 = static_cast<int>(s * SK + q * kBox);
+            unsigned char* qs = st + q * box_bytes(MT);
+            load_tiles(qs, p, t0, nt, k0, &ring.full[stage], pol_w);
+            tma_load_2d(qs + kPassTiles * kTileBytes, &p.x_map, k0, x_row0, &ring.full[stage], pol_x);
+          }
+          if (++stage == ST) stage = 0, phase ^= 1;
         }
-        if (++stage == ST) stage = 0, phase ^= 1;
       }
     }
     return;
@@ -190,92 +180,46 @@ __global__ void __launch_bounds__(kThreads, CT) decode_tma_kernel(const __grid_c
 
   const int g = lane >> 2, t = lane & 3;
   float acc[2][MT][4];
-  float* const flat = &acc[0][0][0];
-  auto zero = [&] {
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int64_t ps = 0; ps < passes; ++ps) {
+    const int64_t t0 = t_begin + kPassTiles * ps;
+    const int nt = static_cast<int>(std::min<int64_t>(kPassTiles, t_end - t0));
 #pragma unroll
-    for (int j = 0; j < kAcc; ++j) flat[j] = 0.f;
-  };
-  // A block's sums are complete here, or this CTA holds a part of a shared block: the fix-up of
-  // the header, then the epilogue. Accumulator i of box r, token tile mt: row 64 r + 16 warp + g +
-  // 8 (i / 2), token 8 mt + 2t + i % 2.
-  __shared__ int last_to_arrive;
-  auto part_of = [&](int64_t c, int64_t b) {  // where CTA c leaves its part of block b
-    const int role = b == (p.total * c / ctas) / p.ksteps ? 0 : 1;  // its first block, or its last
-    return p.partials + ((static_cast<int64_t>(blockIdx.z) * ctas + c) * 2 + role) * kAcc * kConsumerThreads;
-  };
-  auto finish = [&](int64_t b) {
-    const int64_t first = cta_of_step(b * p.ksteps, p.total, ctas);
-    const int64_t last = cta_of_step(b * p.ksteps + p.ksteps - 1, p.total, ctas);
-    if (first < last) {
-      float* mine = part_of(cta, b);
-#pragma unroll
-      for (int j = 0; j < kAcc; ++j) __stcg(mine + j * kConsumerThreads + threadIdx.x, flat[j]);
-      __threadfence();  // the part is visible before the count says so
-      consumers_sync();
-      if (threadIdx.x == 0)
-        last_to_arrive = count_arrival(&p.counters[static_cast<int64_t>(blockIdx.z) * p.blocks + b],
-                                       static_cast<int>(last - first + 1), p.nonce);
-      consumers_sync();
-      if (!last_to_arrive) return;
-      __threadfence();  // ... and read after it
-      float sum[kAcc];
-#pragma unroll
-      for (int j = 0; j < kAcc; ++j) sum[j] = 0.f;
-      for (int64_t c = first; c <= last; ++c) {  // CTA order, whoever arrived last: the same sums
-        if (c == cta) {
-#pragma unroll
-          for (int j = 0; j < kAcc; ++j) sum[j] += flat[j];
-          continue;
-        }
-        const float* theirs = part_of(c, b);
-        float v[kAcc];
-#pragma unroll
-        for (int j = 0; j < kAcc; ++j) v[j] = __ldcg(theirs + j * kConsumerThreads + threadIdx.x);
-#pragma unroll
-        for (int j = 0; j < kAcc; ++j) sum[j] += v[j];
-      }
-#pragma unroll
-      for (int j = 0; j < kAcc; ++j) flat[j] = sum[j];
+    for (int j = 0; j < 2 * MT * 4; ++j) (&acc[0][0][0])[j] = 0.f;
+    for (int64_t s = 0; s < p.ksteps; ++s) {
+      mbar_wait(&ring.full[stage], phase);
+      consume_stage<T, MT, SK>(ring.stages + stage * kStage, warp, g, t, acc);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&ring.empty[stage]);  // release: this warp's reads of the stage are done
+      if (++stage == ST) stage = 0, phase ^= 1;
     }
+    if (ps == passes - 1) kp::allow_dependents();  // the weight stream is over: the next kernel may queue
+    // Accumulator i of tile r, token tile mt: the tile's row g + 8 (i / 2), token 8 mt + 2t + i % 2;
+    // tiles past the pass's nt computed stale smem and are not stored.
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+    for (int r = 0; r < 2; ++r) {
+      const int tile = warp + kConsumers * r;
+      if (tile >= nt) continue;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t tok = x_row0 + 8 * mt + 2 * t + (i & 1);
-        if (tok >= p.m) continue;
-        const int row = 16 * warp + g + 8 * (i >> 1);  // within box r
-        if constexpr (GATED) {
-          const int64_t col = b * kBoxRows + row;
-          if (col < p.n_out) store_decode_out<T, true>(p.bias, p.y, p.act, p.n_out, tok, col, acc[0][mt][i], acc[1][mt][i]);
-        } else {
+      for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int64_t col = b * kBlockRows + kBoxRows * r + row;
+        for (int i = 0; i < 4; ++i) {
+          const int64_t tok = x_row0 + 8 * mt + 2 * t + (i & 1);
+          if (tok >= p.m) continue;
+          if constexpr (GATED) {
+            if (i >= 2) continue;  // acc i + 2 is column col's up sum
+            const int64_t col = (t0 + tile) * 8 + g;
+            if (col < p.n_out)
+              store_decode_out<T, true>(p.bias, p.y, p.act, p.n_out, tok, col, acc[r][mt][i], acc[r][mt][i + 2]);
+          } else {
+            const int64_t col = (t0 + tile) * kTileRows + g + 8 * (i >> 1);
             if (col < p.n_out) store_decode_out<T, false>(p.bias, p.y, p.act, p.n_out, tok, col, acc[r][mt][i], 0.f);
           }
         }
-      }
-  };
-
-  zero();
-  int stage = 0;
-  uint32_t phase = 0;
-  int64_t cur = -1;
-  for (int64_t it = begin; it < end; ++it) {
-    const int64_t b = it / p.ksteps;
-    if (b != cur) {
-      if (cur >= 0) finish(cur), zero();
-      cur = b;
     }
-    mbar_wait(&full[stage], phase);
-    const unsigned char* st = smem + stage * kStage;
-    consume_stage<T, MT, SK>(st, warp, g, t, acc);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(&empty[stage]);  // release: this warp's reads of the stage are done
-    if (++stage == ST) stage = 0, phase ^= 1;
   }
-  kp::allow_dependents();  // the weight stream is over: the next kernel's CTAs may queue
-  if (cur >= 0) finish(cur);
+  if (passes == 0) kp::allow_dependents();
 #endif
 }
 
@@ -327,36 +271,44 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
   return fn;
 }
 
-// A [rows, cols] tensor of 16-bit elements, row stride `stride` elements, boxes of box_rows x 64
-// columns with the 128-byte swizzle (out-of-bounds elements read as zeros).
-CUtensorMap make_map(const void* base, int dtype, int64_t rows, int64_t cols, int64_t stride, int box_rows) {
+// A tensor map of 16-bit elements, `rank` dims (innermost first; byte strides of dims 1..), boxes of
+// 64 columns (128 bytes) x box[1..], the 128-byte swizzle, out-of-bounds elements read as zeros.
+CUtensorMap encode(const void* base, int dtype, int rank, const cuuint64_t* dims, const cuuint64_t* strides,
+                   const cuuint32_t* box) {
   CUtensorMap map;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride) * 2};
-  const cuuint32_t box[2] = {kBox, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   const CUresult r = encode_fn()(&map, dtype == kp::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                                 2, const_cast<void*>(base), dims, strides, box, elem_strides,
+                                 rank, const_cast<void*>(base), dims, strides, box, elem_strides,
                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  std::string shape;
+  for (int d = rank - 1; d >= 0; --d) shape += std::to_string(dims[d]) + (d ? ", " : "");
   KP_CHECK_ARG(r == CUDA_SUCCESS, "decode: cuTensorMapEncodeTiled failed (" + std::to_string(static_cast<int>(r)) +
-                                      ") for a [" + std::to_string(rows) + ", " + std::to_string(cols) + "] operand");
+                                      ") for a [" + shape + "] view of an operand");
   return map;
 }
 
-// A different 48-bit nonce every call (a replayed CUDA graph repeats its call's: the counters are
-// reset by the last arrival).
-unsigned long long next_nonce() {
-  static std::atomic<unsigned long long> counter{0};
-  unsigned long long z = counter.fetch_add(1, std::memory_order_relaxed) + 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;  // splitmix64: far from the values memory tends to hold
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return ((z ^ (z >> 31)) & 0xffffffffffffull) | 1ull;  // 48 bits (the counter's high bits), never 0
+// The weight's tiles as a 4-D view (64 columns, 8 rows, 2 halves, `tiles` tiles): row r of half h
+// of tile t is weight row tile_step t + half_step h + r; boxes of `box_tiles` whole tiles.
+CUtensorMap make_tile_map(const void* w, int dtype, int64_t k, int64_t stride, int64_t tiles, int64_t tile_step,
+                          int64_t half_step, int box_tiles) {
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(k), 8, 2, static_cast<cuuint64_t>(tiles)};
+  const cuuint64_t row = static_cast<cuuint64_t>(stride) * 2;
+  const cuuint64_t strides[3] = {row, row * half_step, row * tile_step};
+  const cuuint32_t box[4] = {kBox, 8, 2, static_cast<cuuint32_t>(box_tiles)};
+  return encode(w, dtype, 4, dims, strides, box);
+}
+
+// A [rows, cols] tensor of 16-bit elements, row stride `stride` elements, boxes of box_rows x 64
+// columns with the 128-byte swizzle (out-of-bounds elements read as zeros).
+CUtensorMap make_map(const void* base, int dtype, int64_t rows, int64_t cols, int64_t stride, int box_rows) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride) * 2};
+  const cuuint32_t box[2] = {kBox, static_cast<cuuint32_t>(box_rows)};
+  return encode(base, dtype, 2, dims, strides, box);
 }
 
 }  // namespace
-
-int64_t decode_tma_blocks(int64_t n_out, bool gated) { return kp::cdiv(n_out, gated ? kBoxRows : kBlockRows); }
 
 int decode_tma_ctas_per_sm(int row, int dtype, bool gated, int device) {
   int n = 0;
@@ -367,16 +319,20 @@ int decode_tma_ctas_per_sm(int row, int dtype, bool gated, int device) {
   return n;
 }
 
-int64_t decode_tma_workspace_bytes(int row, int64_t grid_x, int64_t grid_z, int64_t blocks) {
-  const int64_t acc = 2 * DecodeTable::rows[row].tokens * 4;
-  return grid_z * grid_x * 2 * acc * kConsumerThreads * 4 + grid_z * blocks * 8;
-}
+int64_t decode_tma_tiles(int64_t n_out, bool gated) { return kp::cdiv(n_out, gated ? 8 : kTileRows); }
 
 void decode_tma(const DecodeArgs& a, const DecodePlan& pl, int device, cudaStream_t stream) {
   const DecodeRow& row = DecodeTable::rows[pl.row];
   const int64_t rows = a.gated ? 2 * a.n_out : a.n_out;
   TmaParams p{};
-  p.w_map = make_map(a.w, a.dtype, rows, a.k, a.w_stride, kBoxRows);
+  p.tiles = decode_tma_tiles(a.n_out, a.gated);
+  p.full_tiles = a.gated ? a.n_out / 8 : a.n_out / kTileRows;
+  p.tile_step = a.gated ? 8 : kTileRows;
+  p.half_step = a.gated ? static_cast<int>(a.n_out) : 8;
+  if (p.full_tiles > 0)
+    for (int s = 0; s < 3; ++s)
+      p.w_tiles[s] = make_tile_map(a.w, a.dtype, a.k, a.w_stride, p.full_tiles, p.tile_step, p.half_step, map_tiles(s));
+  p.w_rows = make_map(a.w, a.dtype, rows, a.k, a.w_stride, 8);
   // One token row has no stride to speak of: any legal one (a multiple of 16 bytes).
   const int64_t x_stride = a.m > 1 ? a.x_stride : static_cast<int64_t>(kp::round_up(a.k, 8));
   p.x_map = make_map(a.x, a.dtype, a.m, a.k, x_stride, 8 * row.tokens);
@@ -385,16 +341,8 @@ void decode_tma(const DecodeArgs& a, const DecodePlan& pl, int device, cudaStrea
   p.m = a.m;
   p.n_out = a.n_out;
   p.k = a.k;
-  p.blocks = decode_tma_blocks(a.n_out, a.gated);
   p.ksteps = kp::cdiv(a.k, static_cast<int64_t>(row.stage_k));
-  p.total = p.blocks * p.ksteps;
-  p.row_step = a.gated ? kBoxRows : kBlockRows;
-  p.second_box = a.gated ? a.n_out : kBoxRows;
   p.act = a.act;
-  p.nonce = next_nonce();
-  p.partials = a.ws;
-  const int64_t parts_bytes = decode_tma_workspace_bytes(pl.row, pl.grid_x, pl.grid_z, 0);
-  p.counters = reinterpret_cast<unsigned long long*>(reinterpret_cast<char*>(a.ws) + parts_bytes);
   kp::DeviceGuard guard(device);
   with_tma_kernel(a.dtype, pl.row, a.gated, [&](auto kernel, size_t smem) {
     kp::launch_dependent(kernel, device, dim3(pl.grid_x, 1, pl.grid_z), dim3(kThreads), smem, stream, p);

@@ -227,27 +227,34 @@ def test_every_split_forced(m, k, n, splits, seed):
 def test_plan_of_the_table():
     """The split rule's answers are whole: splits x split_steps cover K, no split is empty,
     at most one wave or a last wave at least 80% full, the workspace only with splits that do not
-    sum over a cluster. The tma rows (forced): a persistent grid of at most one CTA a step, their
-    parts and counters as workspace."""
+    sum over a cluster. The tma rows: a persistent grid of at most one CTA a 16-row tile, no splits,
+    no workspace; the default on sm90 at 3-16 tokens where the call has 4 tiles for each of its
+    2 x SMs CTAs (Llama-3-8B's gated projection), the mma rows where it has fewer."""
     _gpu()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sm90 = torch.cuda.get_device_capability(0)[0] >= 9
     for m, k, n in [(16, 4096, 14336), (8, 14336, 4096), (3, 1032, 40)]:
         for row in TMA_ROWS if sm90 else []:
-            p = _cuda.decode_plan(m, n, k, row=row)
-            steps = -(-k // _step_k(p))
-            # persistent: P CTAs (at most one a step) share blocks x steps; no splits
-            slots, tokens = min(p["ctas_per_sm"] * sms, -(-n // 128) * steps), int(row.rsplit("m", 1)[1])
-            chunks = -(-m // tokens)  # decode_tma_m8 at 16 tokens: two chunks of x (grid z)
-            assert p["grid"] == (slots, 1, chunks), p
-            assert (p["splits"], p["split_steps"], p["cluster"]) == (1, steps, 1), p
-            # each CTA's parts of its first and last block, an arrival counter a block and chunk
-            part = (2 * tokens // 8) * 4 * 128 * 4
-            assert p["workspace_bytes"] == chunks * (slots * 2 * part + -(-n // 128) * 8), p
+            for gated in (False, True):
+                p = _cuda.decode_plan(m, n, k, row=row, gated=gated)
+                steps = -(-k // _step_k(p))
+                tiles, tokens = -(-n // (8 if gated else 16)), int(row.rsplit("m", 1)[1])
+                chunks = -(-m // tokens)  # decode_tma_m8 at 16 tokens: two chunks of x (grid z)
+                assert p["grid"] == (min(p["ctas_per_sm"] * sms, tiles), 1, chunks), p
+                assert (p["splits"], p["split_steps"], p["cluster"], p["workspace_bytes"]) == (1, steps, 1, 0), p
+    for m, k, n, gated in [(16, 4096, 14336, True), (8, 4096, 14336, True), (3, 4096, 14336, True),
+                           (16, 8192, 28672, False), (16, 4096, 14336, False), (16, 14336, 4096, False),
+                           (2, 4096, 14336, True), (17, 4096, 14336, True)]:  # fmt: skip
+        p = _cuda.decode_plan(m, n, k, gated=gated)
+        tiles = -(-n // (8 if gated else 16))
+        want_tma = sm90 and 3 <= m <= 16 and tiles >= 4 * 2 * sms
+        assert _tma(p) == want_tma, (m, k, n, gated, p)
+        if want_tma:
+            assert p["row"] == ("decode_tma_m8" if m <= 8 else "decode_tma_m16"), p
     for m, k, n in [(1, 4096, 14336), (16, 4096, 14336), (32, 4096, 14336), (1, 14336, 4096), (32, 14336, 4096),
                     (8, 14336, 4096), (12, 28672, 8192), (1, 8192, 28672), (1, 28672, 8192)]:  # fmt: skip
         p = _cuda.decode_plan(m, n, k)
-        assert not _tma(p), p  # the tma rows are forced only (csrc/decode_table.h)
+        assert not _tma(p), p  # too few tiles a CTA, or an fma / m32 row
         steps = -(-k // _step_k(p))
         assert p["splits"] * p["split_steps"] >= steps > (p["splits"] - 1) * p["split_steps"], p
         assert p["grid"] == (-(-n // (16 if _fma(p) else 128)), p["splits"], 1), p
@@ -395,25 +402,26 @@ def test_every_row_deterministic_and_graph_captured(row, seed):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("row", TMA_ROWS)
-@pytest.mark.parametrize("m, k, n", [(1, 14336, 40), (16, 8, 13), (5, 1032, 4096), (16, 4096, 14336), (9, 28672, 264)],
-                         ids=str)  # fmt: skip
-def test_tma_blocks_shared_by_many_ctas(row, m, k, n, seed):
-    """The tma rows' fix-up (csrc/decode_tma.cu): one block spread over 112 CTAs (N = 40, K = 14336:
-    112 steps), a grid capped at its one step (K = 8), blocks split at CTA boundaries (Llama's
-    up projection, 5 x 1032 -> 4096), a 9-token tail of a 16-token tile; linear and gated, into a
-    NaN-poisoned output and workspace."""
+@pytest.mark.parametrize("m, k, n", [(1, 14336, 40), (16, 8, 13), (5, 1032, 4096), (16, 4096, 14336), (9, 28672, 264),
+                                     (3, 72, 40004), (16, 200, 20001)], ids=str)  # fmt: skip
+def test_tma_tiles_and_their_tails(row, m, k, n, seed):
+    """The tma rows' tiles (csrc/decode_tma.cu): a partial last tile (N % 16, gated I % 8) through
+    the 8-row boxes, only a partial tile (N = 13), whole tiles through boxes of 4, 2 and 1 tiles,
+    fewer tiles than CTAs (N = 40, 264), two passes of 8 tiles a CTA (N = 40004, 20001 gated: 2501
+    tiles), K tails inside a 64-column box (72, 200), one k-step (K = 8), a 9-token tail of a
+    16-token tile; linear and gated, into NaN-poisoned outputs."""
     _gpu()
     _row_runs_here(row)
     for dtype in DTYPES:
         plan = _cuda.decode_plan(m, n, k, dtype=dtype, row=row)
         x, w, b = _linear_inputs(m, k, n, dtype, seed, True)
         want, torch_y = _linear_oracle(x, w, b, "gelu_tanh")
-        _poison((m, n), (plan["workspace_bytes"] // 4, 1))
+        _poison((m, n))
         y = _cuda.linear_act_fwd(x, w, b, "gelu_tanh", decode_row=row)
         kt.assert_matches_oracle(y, want, torch_out=torch_y, name=f"{row} {m}x{k}->{n} {dtype} {plan}")
         xg, wg, bg = _gated_inputs(m, k, n, dtype, seed + 1, True)
         want, torch_h = _gated_oracle(xg, wg, bg, "silu")
-        _poison((m, n), (_cuda.decode_plan(m, n, k, dtype=dtype, row=row, gated=True)["workspace_bytes"] // 4, 1))
+        _poison((m, n))
         h, _ = _cuda.gated_linear_fwd(xg, wg, bg, "silu", False, decode_row=row)
         kt.assert_matches_oracle(h, want, torch_out=torch_h, name=f"gated {row} {m}x{k}->{n} {dtype}")
 
@@ -422,12 +430,12 @@ def test_tma_blocks_shared_by_many_ctas(row, m, k, n, seed):
 @pytest.mark.parametrize("row", TMA_ROWS)
 def test_tma_graph_replays_on_new_inputs(row, seed):
     """A captured tma call replayed three times on new inputs, each equal to an eager call (the same
-    grid, so the same sums): a replay repeats its call's nonce, so the flags a block's last CTA
-    waits on must have been reset by the replay before."""
+    grid, so the same sums): the tensor maps captured with the call hold the static tensors'
+    addresses, and nothing a call leaves behind may change the next."""
     _gpu()
     _row_runs_here(row)
     m = int(row.rsplit("m", 1)[1])
-    x, w, b = _linear_inputs(m, 14336, 264, torch.bfloat16, seed, True)  # 3 blocks x 112 steps over the CTAs
+    x, w, b = _linear_inputs(m, 14336, 264, torch.bfloat16, seed, True)  # 17 tiles, the last partial
     static_x = x.clone()
     fn = lambda: _cuda.linear_act_fwd(static_x, w, b, "silu", decode_row=row)  # noqa: E731
     side = torch.cuda.Stream()

@@ -6,7 +6,7 @@
 //        -o decode_stream tools/decode_stream.cu                       (in packages/kp-fused-mlp)
 //   ./decode_stream [reps]        every variant below, 1 / 8 / 16 tokens, six shapes
 //   ./decode_stream [reps] pkg    this file's m16 kernel and the package's decode_tma_m16, 16 tokens
-//   ./decode_stream [reps] rows   rows only (no K split, no fix-up): not yet run (session 28's next step)
+//   ./decode_stream [reps] rows   rows only (no K split, no fix-up) and the package's tma rows (its design since)
 //
 // Why: the register ring reaches 84-87% of a read of the same bytes at 16 tokens (H200, session
 // 21) with ~100 KB a SM in flight, more than Little's law asks (~40 KB): the bytes in flight are
@@ -26,7 +26,9 @@
 // Llama-3-8B's projections at 16 tokens, 91% gated 4096 / 14336, 95-98% on the 8192 / 28672
 // shapes; REV and BOX2 change nothing. One 1-D bulk copy a row instead of boxes (144 a stage): the
 // time was steps x ~4.8 us whatever the run length (256 or 512 bytes), ~60 cycles a copy of TMA
-// issue. `pkg`: the package kernel 41-46 us against this one's 35 (its fix-up, the journal says).
+// issue. `pkg`: the package kernel 41-46 us against this one's 35 (its fix-up then, the journal says).
+// `rows` (2026-11-29): 90% gated 4096 / 14336, 96-97% on the 8192 / 28672 shapes, 84% 4096 -> 14336,
+// 40-55% where the tiles are fewer than the CTAs (14336 -> 4096): the package's tma rows since.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -62,7 +64,10 @@ struct Params {
   int maxseg;
 };
 
-using pkg::cta_of_step;
+// The CTA whose share [T c / P, T (c + 1) / P) holds step q.
+__host__ __device__ __forceinline__ int64_t cta_of_step(int64_t q, int64_t total, int64_t ctas) {
+  return ((q + 1) * ctas - 1) / total;
+}
 constexpr int kBox = 64;  // columns a TMA box (128 bytes: the swizzle span)
 // A stage, per 64-column box q: 128 weight rows (16 KB), then 8 MT x rows: the package's layout
 // (its two 64-row boxes back to back), so that its consume_stage computes it.
@@ -298,7 +303,9 @@ int main(int argc, char** argv) {
 
   if (argc > 2 && std::string(argv[2]) == "rows") {  // rows only, against the stream's m16 kernel
     float* yr;
+    T* yp;
     CK(cudaMalloc(&yr, 16LL * 57344 * sizeof(float)));
+    CK(cudaMalloc(&yp, 16LL * 57344 * sizeof(T)));
     struct RowsVariant {
       const char* name;
       int mt, ct;
@@ -345,15 +352,32 @@ int main(int argc, char** argv) {
             return time_one([&] { v.launch(dim3(static_cast<unsigned>(ctas)), v.smem, p); });
           });
         }
+        {  // the package's tma row (csrc/decode_tma.cu): bf16 out, the plan decode_gemv.cu makes
+          const int row = m <= 8 ? 2 : 3;
+          pkg::DecodeArgs a{x, s.k, w, s.k, nullptr, yp, nullptr, m, s.n, s.k, kp::kBF16, 0, false};
+          pkg::DecodePlan pl{};
+          pl.row = row, pl.splits = 1, pl.split_steps = static_cast<int>((s.k + 127) / 128), pl.step_k = 128;
+          pl.cluster = 1, pl.grid_y = 1, pl.grid_z = 1, pl.ctas_per_sm = 2;
+          pl.grid_x = static_cast<int>(std::min<int64_t>(2 * sms, pkg::decode_tma_tiles(s.n, false)));
+          CK(cudaMemset(yp, 0xff, m * s.n * 2));
+          pkg::decode_tma(a, pl, 0, 0);
+          CK(cudaGetLastError());
+          std::vector<T> h_p(m * s.n);
+          CK(cudaMemcpy(h_p.data(), yp, h_p.size() * 2, cudaMemcpyDeviceToHost));
+          MaxError e;
+          for (size_t i = 0; i < h_p.size(); ++i) e.add(__bfloat162float(h_p[i]), h_ref[i]);
+          char label[160];
+          std::snprintf(label, sizeof label, "%-24s              %s", row == 2 ? "package decode_tma_m8" : "package decode_tma_m16",
+                        e.text().c_str());
+          runs.add(label, [a, pl, &time_one] { return time_one([&] { pkg::decode_tma(a, pl, 0, 0); }); });
+        }
         runs.report(m, reps, read_us, copy_us);
     });
     return 0;
   }
   if (argc > 2 && std::string(argv[2]) == "pkg") {  // the package kernel beside this one, tidy and noisy data
     T* y;
-    float* pws;
     CK(cudaMalloc(&y, 16LL * 57344 * sizeof(T)));
-    CK(cudaMalloc(&pws, pkg::decode_tma_workspace_bytes(3, 2 * sms, 1, 512)));
     for (int noisy = 0; noisy < 2; ++noisy) {
       if (noisy) fill(w, max_w, 1u, true);
       for (const Shape& s : {shapes[0], shapes[1]}) {
@@ -363,10 +387,11 @@ int main(int argc, char** argv) {
         const int64_t ctas = static_cast<int64_t>(sms) * v.ct;
         const Params p{make_map(w, s.n, s.k, s.k, v.wbox), make_map(x, m, s.k, s.k, 8 * v.mt), ws, m, s.n, s.k,
                        ksteps, blocks * ksteps, 8};
-        pkg::DecodeArgs a{x, s.k, w, s.k, nullptr, y, pws, m, s.n, s.k, kp::kBF16, 0, false};
+        pkg::DecodeArgs a{x, s.k, w, s.k, nullptr, y, nullptr, m, s.n, s.k, kp::kBF16, 0, false};
         pkg::DecodePlan pl{};
         pl.row = 3, pl.splits = 1, pl.split_steps = static_cast<int>(ksteps), pl.step_k = 128, pl.cluster = 1;
-        pl.grid_x = 2 * sms, pl.grid_y = 1, pl.grid_z = 1, pl.ctas_per_sm = 2;
+        pl.grid_x = static_cast<int>(std::min<int64_t>(2 * sms, pkg::decode_tma_tiles(s.n, false)));
+        pl.grid_y = 1, pl.grid_z = 1, pl.ctas_per_sm = 2;
         std::vector<float> t0, t1;
         for (int r = 0; r < reps; ++r) {
           t0.push_back(time_one([&] { v.launch(dim3(static_cast<unsigned>(ctas)), v.smem, p); }));
