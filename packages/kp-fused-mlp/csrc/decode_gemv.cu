@@ -74,6 +74,7 @@ constexpr int kXPad = 32;       // mma: elements of padding after each token row
 constexpr int kFmaStepK = 256;  // fma: 32 lanes x 8 elements of each row
 constexpr int kReduceThreads = 256;
 constexpr int kMaxClusterSplits = 8;  // the portable cluster size
+constexpr int kTmaPassTiles = 8;      // decode_tma.cu: the tiles a CTA's pass holds
 
 struct Params {
   const void* x;
@@ -521,24 +522,80 @@ int64_t pick_splits(const DecodeRow& row, int64_t ctas, int64_t slots, int64_t k
   return best;
 }
 
+// The K splits and clusters of a tma call (decode_tma.cu): a cluster of S CTAs shares a run of
+// tiles, rank r taking the r-th S-th of the k-steps; S = 1: rows only. The makespan is the most
+// tiles a cluster gets over S, so S is the one that minimizes it among those giving each CTA
+// min_cta_tiles tiles (bytes in flight), with one pass (<= 8 tiles) a cluster when S > 1, and no
+// more clusters than can be resident: on the H200, 2 CTAs an SM, 132 clusters of 2 but 62 of 4, 39
+// of 6, 32 of 7, 30 of 8 (GPCs). 14336 -> 4096 (256 tiles): S = 7, 8 tiles a cluster (S = 4:
+// 5; S = 8 would need 32 clusters). `forced` > 0: that S (at most 8), with as many clusters as
+// one pass needs.
+struct TmaLayout {
+  int64_t splits, clusters, per_cluster;  // per_cluster: the most tiles a cluster gets
+};
+TmaLayout tma_layout(const DecodeRow& row, int row_index, int dtype, bool gated, int device, int64_t tiles,
+                     int64_t slots, int64_t ksteps, int forced) {
+  auto layout = [&](int64_t s) {  // as many clusters as are resident at once, at most one a tile
+    int64_t clusters = std::min(slots / s, tiles);
+    if (s > 1) clusters = std::min<int64_t>(clusters, decode_tma_max_clusters(row_index, dtype, gated, static_cast<int>(s), device));
+    clusters = std::max<int64_t>(1, clusters);
+    return TmaLayout{s, clusters, kp::cdiv(tiles, clusters)};
+  };
+  const int64_t s_max = std::max<int64_t>(1, std::min<int64_t>(kMaxClusterSplits, ksteps));
+  if (forced > 0) {  // one pass a cluster, if it takes more clusters than are resident
+    TmaLayout f = layout(std::min<int64_t>(forced, s_max));
+    if (f.splits > 1 && f.per_cluster > kTmaPassTiles)
+      f.clusters = kp::cdiv(tiles, kTmaPassTiles), f.per_cluster = kp::cdiv(tiles, f.clusters);
+    return f;
+  }
+  TmaLayout best = layout(1);
+  bool best_fits = best.per_cluster >= row.min_cta_tiles;
+  for (int64_t s = 2; s <= s_max; ++s) {
+    TmaLayout c = layout(s);
+    if (c.per_cluster > kTmaPassTiles) continue;  // that many clusters are not resident at once
+    const bool fits = c.per_cluster >= row.min_cta_tiles;
+    // Fitting first, then the makespan (per_cluster / s), the fewer splits on a tie.
+    if ((fits && !best_fits) || (fits == best_fits && c.per_cluster * best.splits < best.per_cluster * s))
+      best = c, best_fits = fits;
+  }
+  return best;
+}
+
 DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype, int splits, int row_index,
                      int device) {
   DecodePlan pl{};
   const kp::DeviceInfo& info = kp::device_info(device);
-  pl.row = row_index >= 0 ? row_index
-                         : pick_decode_row(m, info.major * 10 + info.minor, decode_tma_tiles(n_out, gated), info.sms);
+  const int sm = info.major * 10 + info.minor;
+  const int64_t tiles = decode_tma_tiles(n_out, gated);
+  auto layout_of = [&](int r) {
+    const int64_t slots = int64_t{decode_tma_ctas_per_sm(r, dtype, gated, device)} * info.sms;
+    return tma_layout(DecodeTable::rows[r], r, dtype, gated, device, tiles, slots,
+                      kp::cdiv(k, step_k(DecodeTable::rows[r])), splits);
+  };
+  pl.row = row_index;
+  if (pl.row < 0) {  // the first row that serves M; a tma row only where rows alone fill its CTAs
+    pl.row = pick_decode_row(m, sm, true);
+    if (is_tma(DecodeTable::rows[pl.row])) {
+      const TmaLayout lay = layout_of(pl.row);
+      // K splits stay forced only: the down projection of Llama-3-8B at 16 tokens (7 splits, 8
+      // tiles a cluster) ran as fast as the mma rows alone (39.3 / 39.2 us) and made GatedMLP slower
+      // after the gated tma kernel (105 us against 103; H200, 2026-11-29).
+      if (lay.splits > 1 || lay.per_cluster < DecodeTable::rows[pl.row].min_cta_tiles) pl.row = pick_decode_row(m, sm, false);
+    }
+  }
   const DecodeRow& row = DecodeTable::rows[pl.row];
   const int64_t ksteps = kp::cdiv(k, step_k(row));
   const int64_t blocks = kp::cdiv(n_out, cols_per_block(row, gated));
   const int64_t chunks = kp::cdiv(m, tokens_per_chunk(row));
-  if (is_tma(row)) {  // persistent, rows only: P CTAs share the 16-row tiles (decode_tma.cu)
+  if (is_tma(row)) {  // persistent: clusters share the 16-row tiles, K split over a cluster (decode_tma.cu)
     pl.ctas_per_sm = decode_tma_ctas_per_sm(pl.row, dtype, gated, device);
-    pl.splits = 1;
-    pl.split_steps = static_cast<int>(ksteps);
+    const TmaLayout lay = layout_of(pl.row);
+    const int64_t s = lay.splits, clusters = lay.clusters;
+    pl.splits = static_cast<int>(s);
+    pl.split_steps = static_cast<int>(kp::cdiv(ksteps, s));
     pl.step_k = static_cast<int>(step_k(row));
-    pl.cluster = 1;
-    const int64_t tiles = decode_tma_tiles(n_out, gated);
-    pl.grid_x = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(int64_t{pl.ctas_per_sm} * info.sms, tiles)));
+    pl.cluster = static_cast<int>(s);
+    pl.grid_x = static_cast<int>(clusters * s);
     pl.grid_y = 1;
     pl.grid_z = static_cast<int>(std::min<int64_t>(chunks, INT32_MAX));
     return pl;
@@ -654,7 +711,9 @@ void decode_gemv(const DecodeArgs& a, int splits, int row, int device, cudaStrea
     const dim3 grid(pl.grid_x, pl.grid_y, pl.grid_z);
     const size_t smem = smem_bytes(DecodeTable::rows[pl.row]);
     // Clusters launch plainly: as programmatic dependents, calls back to back ran ~9 us a call
-    // slower than single ones (H200, 4096 -> 14336 at 1-8 tokens, 2 splits).
+    // slower than single ones (H200, 4096 -> 14336 at 1-8 tokens, 2 splits), and GatedMLP at 16
+    // tokens (the down projection's 6 splits after the gated tma kernel) 107-117 us against 98,
+    // also with the down weights' first KB a row prefetched to L2 before the wait (2026-11-29).
     if (pl.cluster > 1)
       kp::launch_cluster_shape(kernel, device, grid, dim3(kThreads), smem, stream, dim3(1, pl.cluster, 1), p);
     else

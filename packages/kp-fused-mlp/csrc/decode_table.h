@@ -33,9 +33,9 @@
 //        4096 -> 14336 84% (3.4 tiles a CTA); the register ring (mma rows, session 28's run)
 //        83-86%, 88-90%, 88-90%, 79-82%. With fewer tiles than CTAs (down projections: 256 at N
 //        = 4096) 40-55%: too few bytes in flight a CTA; those keep the mma rows' K splits.
-// Rows (the first whose max_m >= M and min_sm <= the device's wins, a tma row only where the call
-// has min_cta_tiles tiles a CTA; a forced row past its max_m runs x in chunks of its tokens, grid
-// z; the tma rows take no K splits):
+// Rows (the first whose max_m >= M and min_sm <= the device's wins, a tma row only where its plan
+// gives each CTA min_cta_tiles tiles without a K split; a forced row past its max_m runs x in chunks
+// of its tokens, grid z; forced tma rows split K over a cluster instead of the split rule below):
 //   tokens    fma: the tokens a warp accumulates (registers: rows x tokens accumulators, 8 x
 //             tokens fp32 x values a step); mma: 8-token MMA tiles (`m_tiles`): the warp's
 //             accumulators are 2 x m_tiles x 4 fp32 registers.
@@ -65,10 +65,10 @@
 //   min_split_steps  steps a split keeps at least (its ring must fill: >= 2 x stages; an x chunk).
 //   stage_k   tma: columns a ring stage (boxes of 64); stages x (stage_k / 64) x (16 + tokens) KB of
 //             shared memory a CTA (m8 / m16 at 128 x 3: 102 / 108 KB, 2 CTAs an SM).
-//   min_cta_tiles  tma: the 16-row tiles a CTA must get on average for the row to be the default:
-//             a ring of 3 stages holds 12 KB a tile, and an SM needs ~30-40 KB in flight (Little's
-//             law above) from its 2 CTAs: 4096 -> 14336 (3.4 a CTA) streams at 84%, the gated
-//             projection (6.8) at 90%. Below it the mma rows run.
+//   min_cta_tiles  tma: the 16-row tiles a CTA must get for the row to be the default: a ring of 3
+//             stages holds 12 KB a tile, and an SM needs ~30-40 KB in flight (Little's law above)
+//             from its 2 CTAs: 14336 -> 4096 at one tile a CTA streams at 40-55%, 4096 -> 14336 at
+//             3.4 at 84%, the gated projection at 6.8 at 90%. Below it the mma rows run.
 //   min_sm    the oldest arch a row runs on (tma: 90).
 //   ws_pct    the fp32 partials of the splits (written and read: 8 S M N bytes) may cost at
 //             most this % of the weight bytes (2 N K): S <= ws_pct K / (400 M). K = 4096: S <= 2
@@ -165,13 +165,12 @@ struct DecodeRowT {
   static constexpr int stage_k = DecodeTable::rows[Row].stage_k;
 };
 
-// The row a call of M tokens gets on an sm_`sm` device; a tma row only where its persistent grid
-// (ctas x `sms` CTAs) gets at least min_cta_tiles of the call's `tma_tiles` 16-row tiles a CTA.
-inline int pick_decode_row(int64_t m, int sm, int64_t tma_tiles, int sms) {
+// The row a call of M tokens gets on an sm_`sm` device; a tma row only where `tma_fits` (its plan
+// gives every CTA at least min_cta_tiles tiles with no K split: decode_gemv.cu's make_plan).
+inline int pick_decode_row(int64_t m, int sm, bool tma_fits) {
   for (int i = 0; i < DecodeTable::size; ++i) {
     const DecodeRow& r = DecodeTable::rows[i];
-    if (m > r.max_m || sm < r.min_sm) continue;
-    if (r.kind == DecodeKind::kTma && tma_tiles < static_cast<int64_t>(r.min_cta_tiles) * r.ctas * sms) continue;
+    if (m > r.max_m || sm < r.min_sm || (r.kind == DecodeKind::kTma && !tma_fits)) continue;
     return i;
   }
   return DecodeTable::size - 1;

@@ -19,7 +19,13 @@
 //     us in the package against 35 for its stream alone. Rows only, tools/decode_stream.cu rows:
 //     gated 4096 / 14336 90%, 8192 -> 28672 96%, gated 8192 / 28672 97%; where U < P (the down
 //     projections, 14336 -> 4096: 256 tiles, one a CTA) 40-55%: too few bytes in flight a CTA, so
-//     those keep the mma rows (K splits summed over a cluster).
+//     those keep the mma rows (K splits summed over a cluster) by default.
+//   - Forced (decode_row=), such calls split K over a cluster of S CTAs (decode_gemv.cu's
+//     tma_layout): the cluster shares a run of at most 8 tiles (one pass), rank r streams the r-th
+//     S-th of the k-steps, then every rank parks its sums in its ring's first stage and adds its
+//     share of the accumulator slots over the ranks in rank order (distributed shared memory;
+//     deterministic). H200, 2026-11-29, 14336 -> 4096 at 16 tokens: 37.5-39.3 us at S = 4 or 7,
+//     the mma rows 39.2, cuBLAS 33.4: not the default.
 //
 // A tile is 16 weight rows whose outputs one m16n8k16 MMA leaves in a thread: rows g and g + 8 of
 // the MMA (g = lane / 4). Linear: rows 16 t .. 16 t + 15. Gated: gate rows 8 t .. 8 t + 7, then up
@@ -31,6 +37,7 @@
 //
 // The smem of a stage, per 64-column box q: the pass's tiles (2 KB each, 8 at most: 16 KB), then
 // the x box (8 MT token rows). Warp w computes tiles w and w + 4 of the pass.
+#include <cooperative_groups.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -54,7 +61,8 @@ namespace {
 using namespace decode_ptx;
 
 constexpr int kConsumers = 4;                      // mma warps, 2 tiles each
-constexpr int kThreads = 32 * kConsumers + 32;     // + the producer warp
+constexpr int kConsumerThreads = 32 * kConsumers;  // the named barrier's count
+constexpr int kThreads = kConsumerThreads + 32;    // + the producer warp
 constexpr int kTileRows = 16;                      // weight rows a tile: one m16n8k16's M side
 constexpr int kPassTiles = 2 * kConsumers;         // tiles a pass
 constexpr int kBox = 64;                           // columns a box: 128 bytes, the swizzle's span
@@ -72,6 +80,7 @@ struct TmaParams {
   int64_t ksteps, tiles, full_tiles;
   int tile_step, half_step;  // weight rows from tile t to t + 1, from a tile's first half to its second
   int act;
+  int splits;  // K splits: the CTAs of a cluster (1: rows only); > 1 only with one pass a CTA
 };
 
 __host__ __device__ constexpr int x_box_bytes(int mt) { return 8 * mt * kBox * 2; }
@@ -87,6 +96,8 @@ constexpr size_t smem_of(int mt, int sk, int st) { return static_cast<size_t>(st
 __device__ __forceinline__ uint4 ld_swizzled(const unsigned char* box, int row, int c) {
   return *reinterpret_cast<const uint4*>(box + row * 128 + ((c ^ (row & 7)) << 4));
 }
+
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory"); }
 
 // The MMAs of one stage for warp `warp` (thread g = lane / 4, t = lane % 4): tiles warp and warp +
 // 4 of each 64-column box q (acc[0], acc[1]) against its x box, into acc[tile][token tile].
@@ -134,20 +145,45 @@ __device__ __forceinline__ void load_tiles(unsigned char* dst, const TmaParams& 
 }
 #endif  // sm90
 
+// The epilogue of accumulator i of tile slot r, token tile mt of consumer thread `tid` (warp w,
+// g = lane / 4, t = lane % 4): the tile's row g + 8 (i / 2), token 8 mt + 2t + i % 2; gated: i < 2,
+// its up sum at i + 2. `a(i)` reads a sum.
+template <typename T, bool GATED, typename Sum>
+__device__ __forceinline__ void store_acc(const TmaParams& p, int64_t t0, int nt, int x_row0, int tid, int r, int mt,
+                                          int i, Sum&& a) {
+  const int warp = tid >> 5, g = (tid & 31) >> 2, t = tid & 3;
+  const int tile = warp + kConsumers * r;
+  const int64_t tok = x_row0 + 8 * mt + 2 * t + (i & 1);
+  if (tile >= nt || tok >= p.m) return;  // tiles past the pass's nt computed stale smem
+  if constexpr (GATED) {
+    const int64_t col = (t0 + tile) * 8 + g;
+    if (col < p.n_out) store_decode_out<T, true>(p.bias, p.y, p.act, p.n_out, tok, col, a(i), a(i + 2));
+  } else {
+    const int64_t col = (t0 + tile) * kTileRows + g + 8 * (i >> 1);
+    if (col < p.n_out) store_decode_out<T, false>(p.bias, p.y, p.act, p.n_out, tok, col, a(i), 0.f);
+  }
+}
+
 template <typename T, int MT, int SK, int ST, int CT, bool GATED>
 __global__ void __launch_bounds__(kThreads, CT) decode_tma_kernel(const __grid_constant__ TmaParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kStage = stage_bytes(MT, SK);
   constexpr int kBoxes = SK / kBox;  // per stage
+  constexpr int kAcc = 2 * MT * 4;   // accumulators a consumer thread
   static_assert(SK % kBox == 0 && kStage % 1024 == 0 && box_bytes(MT) % 1024 == 0, "stages are whole 1 KB-aligned boxes");
+  static_assert(kAcc * kConsumers * 32 * 4 <= kStage, "a cluster's sums park in stage 0");
   extern __shared__ unsigned char smem_raw[];
   const SmemRing ring = init_ring<ST>(smem_raw, kStage, kConsumers);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   // A programmatic dependent: x may be the previous kernel's output; nothing global before the wait.
   kp::wait_prior_grid();
-  const int64_t ctas = gridDim.x, cta = blockIdx.x;
+  // Cluster cl (the splits of a run of tiles) takes tiles [U cl / C, U (cl + 1) / C); its rank r the
+  // k-steps [S_k r / splits, S_k (r + 1) / splits) of them.
+  const int64_t clusters = gridDim.x / p.splits, cl = blockIdx.x / p.splits;
+  const int rank = static_cast<int>(blockIdx.x % p.splits);
   const int x_row0 = static_cast<int>(blockIdx.z) * 8 * MT;
-  const int64_t t_begin = p.tiles * cta / ctas, t_end = p.tiles * (cta + 1) / ctas;
+  const int64_t t_begin = p.tiles * cl / clusters, t_end = p.tiles * (cl + 1) / clusters;
+  const int64_t k_begin = p.ksteps * rank / p.splits, k_end = p.ksteps * (rank + 1) / p.splits;
   const int64_t passes = (t_end - t_begin + kPassTiles - 1) / kPassTiles;
 
   if (warp == kConsumers) {  // the producer: lane 0 issues every box of a stage
@@ -160,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, CT) decode_tma_kernel(const __grid_c
         const int nt = static_cast<int>(std::min<int64_t>(kPassTiles, t_end - t0));
         // Every box counts whole, zeros past the tensor included.
         const uint32_t bytes = kBoxes * (nt * kTileBytes + x_box_bytes(MT));
-        for (int64_t s = 0; s < p.ksteps; ++s) {
+        for (int64_t s = k_begin; s < k_end; ++s) {
           mbar_wait(&ring.empty[stage], phase ^ 1);
           unsigned char* st = ring.stages + stage * kStage;
           mbar_arrive_expect(&ring.full[stage], bytes);
@@ -175,51 +211,80 @@ __global__ void __launch_bounds__(kThreads, CT) decode_tma_kernel(const __grid_c
         }
       }
     }
+    __syncwarp();
+    if (p.splits > 1) {  // the cluster's two barriers below (a CTA's threads all arrive)
+      namespace cg = cooperative_groups;
+      cg::this_cluster().sync();
+      cg::this_cluster().sync();
+    }
     return;
   }
 
   const int g = lane >> 2, t = lane & 3;
   float acc[2][MT][4];
+  float* const flat = &acc[0][0][0];
   int stage = 0;
   uint32_t phase = 0;
   for (int64_t ps = 0; ps < passes; ++ps) {
     const int64_t t0 = t_begin + kPassTiles * ps;
     const int nt = static_cast<int>(std::min<int64_t>(kPassTiles, t_end - t0));
 #pragma unroll
-    for (int j = 0; j < 2 * MT * 4; ++j) (&acc[0][0][0])[j] = 0.f;
-    for (int64_t s = 0; s < p.ksteps; ++s) {
+    for (int j = 0; j < kAcc; ++j) flat[j] = 0.f;
+    for (int64_t s = k_begin; s < k_end; ++s) {
       mbar_wait(&ring.full[stage], phase);
       consume_stage<T, MT, SK>(ring.stages + stage * kStage, warp, g, t, acc);
       __syncwarp();
       if (lane == 0) mbar_arrive(&ring.empty[stage]);  // release: this warp's reads of the stage are done
       if (++stage == ST) stage = 0, phase ^= 1;
     }
-    if (ps == passes - 1) kp::allow_dependents();  // the weight stream is over: the next kernel may queue
-    // Accumulator i of tile r, token tile mt: the tile's row g + 8 (i / 2), token 8 mt + 2t + i % 2;
-    // tiles past the pass's nt computed stale smem and are not stored.
+    // The weight stream is over: the next kernel may queue. (Triggered at the start instead, with
+    // this grid one wave, a dependent of this grid's own dependent (GatedMLP's down projection after
+    // its gated one, back to back) took slots that this grid's last CTAs still waited for: 146 us
+    // a GatedMLP call at 16 tokens against 98; H200, 2026-11-29.)
+    if (ps == passes - 1) kp::allow_dependents();
+    if (p.splits == 1) {
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int tile = warp + kConsumers * r;
-      if (tile >= nt) continue;
+      for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int64_t tok = x_row0 + 8 * mt + 2 * t + (i & 1);
-          if (tok >= p.m) continue;
-          if constexpr (GATED) {
-            if (i >= 2) continue;  // acc i + 2 is column col's up sum
-            const int64_t col = (t0 + tile) * 8 + g;
-            if (col < p.n_out)
-              store_decode_out<T, true>(p.bias, p.y, p.act, p.n_out, tok, col, acc[r][mt][i], acc[r][mt][i + 2]);
-          } else {
-            const int64_t col = (t0 + tile) * kTileRows + g + 8 * (i >> 1);
-            if (col < p.n_out) store_decode_out<T, false>(p.bias, p.y, p.act, p.n_out, tok, col, acc[r][mt][i], 0.f);
-          }
-        }
+          for (int i = 0; i < (GATED ? 2 : 4); ++i)
+            store_acc<T, GATED>(p, t0, nt, x_row0, threadIdx.x, r, mt, i, [&](int ii) { return acc[r][mt][ii]; });
+      continue;
+    }
+    // K splits (one pass, the plan's promise): every thread parks its sums in stage 0 once all
+    // consumers are done with the ring; after the cluster's barrier, rank r adds its share of the
+    // accumulator slots (j) over the ranks in rank order (deterministic) through distributed shared
+    // memory and stores them; a second barrier keeps every rank's park until all have read it.
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    float* const park = reinterpret_cast<float*>(ring.stages);
+    consumers_sync();
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) park[j * kConsumerThreads + threadIdx.x] = flat[j];
+    cluster.sync();
+    constexpr int kGroups = GATED ? kAcc / 2 : kAcc;  // gated: (i, i + 2) pairs
+    for (int grp = kGroups * rank / p.splits; grp < kGroups * (rank + 1) / p.splits; ++grp) {
+      const int j = GATED ? (grp >> 1) * 4 + (grp & 1) : grp;  // the first slot of the group
+      const int r = j / (MT * 4), mt = (j / 4) % MT, i = j % 4;
+      float sum[2] = {0.f, 0.f};
+      for (int q = 0; q < p.splits; ++q) {
+        const float* theirs = cluster.map_shared_rank(park, q);
+        sum[0] += theirs[j * kConsumerThreads + threadIdx.x];
+        if (GATED) sum[1] += theirs[(j + 2) * kConsumerThreads + threadIdx.x];
+      }
+      store_acc<T, GATED>(p, t0, nt, x_row0, threadIdx.x, r, mt, i, [&](int ii) { return sum[ii == i ? 0 : 1]; });
+    }
+    cluster.sync();
+  }
+  if (passes == 0) {
+    kp::allow_dependents();
+    if (p.splits > 1) {  // the producer and the other ranks wait at both barriers
+      namespace cg = cooperative_groups;
+      cg::this_cluster().sync();
+      cg::this_cluster().sync();
     }
   }
-  if (passes == 0) kp::allow_dependents();
 #endif
 }
 
@@ -321,6 +386,15 @@ int decode_tma_ctas_per_sm(int row, int dtype, bool gated, int device) {
 
 int64_t decode_tma_tiles(int64_t n_out, bool gated) { return kp::cdiv(n_out, gated ? 8 : kTileRows); }
 
+int decode_tma_max_clusters(int row, int dtype, bool gated, int splits, int device) {
+  int n = 0;
+  with_tma_kernel(dtype, row, gated, [&](auto kernel, size_t smem) {
+    kp::DeviceGuard guard(device);
+    n = kp::max_active_clusters(reinterpret_cast<const void*>(kernel), device, kThreads, smem, splits);
+  });
+  return n;
+}
+
 void decode_tma(const DecodeArgs& a, const DecodePlan& pl, int device, cudaStream_t stream) {
   const DecodeRow& row = DecodeTable::rows[pl.row];
   const int64_t rows = a.gated ? 2 * a.n_out : a.n_out;
@@ -343,9 +417,20 @@ void decode_tma(const DecodeArgs& a, const DecodePlan& pl, int device, cudaStrea
   p.k = a.k;
   p.ksteps = kp::cdiv(a.k, static_cast<int64_t>(row.stage_k));
   p.act = a.act;
+  p.splits = pl.splits;
+  KP_CHECK_ARG(pl.splits >= 1 && pl.splits <= 8 && pl.grid_x % pl.splits == 0 &&
+                   (pl.splits == 1 || kp::cdiv(p.tiles, pl.grid_x / pl.splits) <= kPassTiles),
+               "decode: a tma plan's K splits are a cluster of at most 8 CTAs with one pass of tiles each");
   kp::DeviceGuard guard(device);
   with_tma_kernel(a.dtype, pl.row, a.gated, [&](auto kernel, size_t smem) {
-    kp::launch_dependent(kernel, device, dim3(pl.grid_x, 1, pl.grid_z), dim3(kThreads), smem, stream, p);
+    const dim3 grid(pl.grid_x, 1, pl.grid_z);
+    // Clusters launch plainly, as the mma rows' (decode_gemv.cu): as a programmatic dependent of
+    // the gated tma kernel, the down projection's 7-split clusters made GatedMLP at 16 tokens 144
+    // us a call back to back against 98 (H200, 2026-11-29).
+    if (pl.splits > 1)
+      kp::launch_cluster_shape(kernel, device, grid, dim3(kThreads), smem, stream, dim3(pl.splits, 1, 1), p);
+    else
+      kp::launch_dependent(kernel, device, grid, dim3(kThreads), smem, stream, p);
   });
 }
 

@@ -13,6 +13,8 @@ namespace kp_fused_mlp {
 int decode_tma_ctas_per_sm(int row, int dtype, bool gated, int device);
 // 16-row weight tiles of a call (gated: 8 gate and 8 up rows each): the unit CTAs share.
 int64_t decode_tma_tiles(int64_t n_out, bool gated);
+// Clusters of `splits` CTAs of a tma row's kernel that can be resident at once on `device`.
+int decode_tma_max_clusters(int row, int dtype, bool gated, int splits, int device);
 // Launches plan `p` (a tma row's) on `stream`; it needs no workspace. The arguments are checked by
 // decode_gemv.
 void decode_tma(const DecodeArgs& a, const DecodePlan& p, int device, cudaStream_t stream);

@@ -233,34 +233,47 @@ def test_plan_of_the_table():
     _gpu()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     sm90 = torch.cuda.get_device_capability(0)[0] >= 9
-    for m, k, n in [(16, 4096, 14336), (8, 14336, 4096), (3, 1032, 40)]:
+    for m, k, n in [(16, 4096, 14336), (8, 14336, 4096), (3, 1032, 40), (16, 8192, 28672), (2, 8, 4096)]:
         for row in TMA_ROWS if sm90 else []:
             for gated in (False, True):
                 p = _cuda.decode_plan(m, n, k, row=row, gated=gated)
                 steps = -(-k // _step_k(p))
                 tiles, tokens = -(-n // (8 if gated else 16)), int(row.rsplit("m", 1)[1])
                 chunks = -(-m // tokens)  # decode_tma_m8 at 16 tokens: two chunks of x (grid z)
-                assert p["grid"] == (min(p["ctas_per_sm"] * sms, tiles), 1, chunks), p
-                assert (p["splits"], p["split_steps"], p["cluster"], p["workspace_bytes"]) == (1, steps, 1, 0), p
-    for m, k, n, gated in [(16, 4096, 14336, True), (8, 4096, 14336, True), (3, 4096, 14336, True),
-                           (16, 8192, 28672, False), (16, 4096, 14336, False), (16, 14336, 4096, False),
-                           (2, 4096, 14336, True), (17, 4096, 14336, True)]:  # fmt: skip
+                slots = p["ctas_per_sm"] * sms
+                s = p["splits"]  # K splits: a cluster of s CTAs (csrc/decode_gemv.cu's tma_layout)
+                assert 1 <= s <= min(8, steps) and (p["cluster"], p["workspace_bytes"]) == (s, 0), (m, k, n, gated, p)
+                assert p["split_steps"] == -(-steps // s) and p["grid"][1:] == (1, chunks), p
+                clusters, rest = divmod(p["grid"][0], s)
+                assert rest == 0 and 1 <= clusters <= min(slots // s, tiles), p  # resident, at most one a tile
+                if s > 1:
+                    assert -(-tiles // clusters) <= 8, p  # one pass of at most 8 tiles a cluster
+                elif tiles >= 4 * slots:
+                    assert clusters == slots, p  # rows only: every slot
+    # The default: a tma row on sm90 at 3-16 tokens where its layout gives every CTA 4 tiles with no
+    # K split (Llama-3-8B's gated projection; its down projection keeps the mma rows), else mma.
+    cases = [(16, 4096, 14336, True), (8, 4096, 14336, True), (3, 4096, 14336, True), (16, 14336, 4096, False),
+             (16, 8192, 28672, False), (3, 1032, 40, False), (2, 4096, 14336, True), (17, 4096, 14336, True),
+             (1, 4096, 14336, False), (32, 4096, 14336, False), (1, 14336, 4096, False), (32, 14336, 4096, False),
+             (12, 28672, 8192, False), (1, 8192, 28672, False), (1, 28672, 8192, False)]  # fmt: skip
+    for m, k, n, gated in cases:
         p = _cuda.decode_plan(m, n, k, gated=gated)
-        tiles = -(-n // (8 if gated else 16))
-        want_tma = sm90 and 3 <= m <= 16 and tiles >= 4 * 2 * sms
-        assert _tma(p) == want_tma, (m, k, n, gated, p)
-        if want_tma:
-            assert p["row"] == ("decode_tma_m8" if m <= 8 else "decode_tma_m16"), p
-    for m, k, n in [(1, 4096, 14336), (16, 4096, 14336), (32, 4096, 14336), (1, 14336, 4096), (32, 14336, 4096),
-                    (8, 14336, 4096), (12, 28672, 8192), (1, 8192, 28672), (1, 28672, 8192)]:  # fmt: skip
-        p = _cuda.decode_plan(m, n, k)
-        assert not _tma(p), p  # too few tiles a CTA, or an fma / m32 row
+        if sm90 and 3 <= m <= 16:
+            pt = _cuda.decode_plan(m, n, k, gated=gated, row="decode_tma_m8" if m <= 8 else "decode_tma_m16")
+            tiles = -(-n // (8 if gated else 16))
+            fits = pt["splits"] == 1 and -(-tiles // pt["grid"][0]) >= 4
+            assert _tma(p) == fits and (not fits or p == pt), (m, k, n, gated, p, pt)
+        else:
+            assert not _tma(p), p  # sm80, or an fma / m32 row
+        if _tma(p):
+            continue
         steps = -(-k // _step_k(p))
         assert p["splits"] * p["split_steps"] >= steps > (p["splits"] - 1) * p["split_steps"], p
-        assert p["grid"] == (-(-n // (16 if _fma(p) else 128)), p["splits"], 1), p
+        assert p["grid"] == (-(-n // ((16 if _fma(p) else 128) // (2 if gated else 1))), p["splits"], 1), p
         # sm90: up to 8 splits sum over a cluster of them (no workspace); more use the workspace.
         assert p["cluster"] == (p["splits"] if sm90 and 1 < p["splits"] <= 8 else 1), p
-        assert p["workspace_bytes"] == (4 * p["splits"] * m * n if p["splits"] > 1 and p["cluster"] == 1 else 0), p
+        rows = 2 * n if gated else n
+        assert p["workspace_bytes"] == (4 * p["splits"] * m * rows if p["splits"] > 1 and p["cluster"] == 1 else 0), p
         assert p["ctas_per_sm"] >= 1, p
         waves = p["grid"][0] * p["splits"] / (p["ctas_per_sm"] * sms)
         assert waves <= 1 or waves / math.ceil(waves) >= 0.8, (waves, p)  # no long tail wave
@@ -407,9 +420,9 @@ def test_every_row_deterministic_and_graph_captured(row, seed):
 def test_tma_tiles_and_their_tails(row, m, k, n, seed):
     """The tma rows' tiles (csrc/decode_tma.cu): a partial last tile (N % 16, gated I % 8) through
     the 8-row boxes, only a partial tile (N = 13), whole tiles through boxes of 4, 2 and 1 tiles,
-    fewer tiles than CTAs (N = 40, 264), two passes of 8 tiles a CTA (N = 40004, 20001 gated: 2501
-    tiles), K tails inside a 64-column box (72, 200), one k-step (K = 8), a 9-token tail of a
-    16-token tile; linear and gated, into NaN-poisoned outputs."""
+    fewer tiles than CTAs (N = 40, 264, 4096: K split over clusters of 2-8), two passes of 8 tiles a
+    CTA (N = 40004, 20001 gated: 2501 tiles), K tails inside a 64-column box (72, 200), one k-step
+    (K = 8), a 9-token tail of a 16-token tile; linear and gated, into NaN-poisoned outputs."""
     _gpu()
     _row_runs_here(row)
     for dtype in DTYPES:
@@ -424,6 +437,31 @@ def test_tma_tiles_and_their_tails(row, m, k, n, seed):
         _poison((m, n))
         h, _ = _cuda.gated_linear_fwd(xg, wg, bg, "silu", False, decode_row=row)
         kt.assert_matches_oracle(h, want, torch_out=torch_h, name=f"gated {row} {m}x{k}->{n} {dtype}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("row", TMA_ROWS)
+@pytest.mark.parametrize("splits", [2, 3, 5, 8])
+def test_tma_k_splits_over_a_cluster(row, splits, seed):
+    """The tma rows' K splits forced: the ranks of a cluster sum through distributed shared memory
+    in rank order (csrc/decode_tma.cu), with k-step counts that do not divide (1032 = 9 steps),
+    clusters without a tile (N = 40), gated pairs; bit-identical on a second call."""
+    _gpu()
+    _row_runs_here(row)
+    for m, k, n in [(9, 1032, 264), (3, 1032, 40), (16, 4096, 1000)]:
+        plan = _cuda.decode_plan(m, n, k, row=row, splits=splits)
+        assert plan["cluster"] == plan["splits"] == splits and plan["workspace_bytes"] == 0, plan
+        x, w, b = _linear_inputs(m, k, n, torch.bfloat16, seed, True)
+        want, torch_y = _linear_oracle(x, w, b, "silu")
+        _poison((m, n))
+        y = _cuda.linear_act_fwd(x, w, b, "silu", decode_row=row, decode_splits=splits)
+        kt.assert_matches_oracle(y, want, torch_out=torch_y, name=f"{row} splits={splits} {m}x{k}->{n} {plan}")
+        assert torch.equal(y, _cuda.linear_act_fwd(x, w, b, "silu", decode_row=row, decode_splits=splits))
+        xg, wg, bg = _gated_inputs(m, k, n, torch.float16, seed + 1, True)
+        want, torch_h = _gated_oracle(xg, wg, bg, "gelu_tanh")
+        _poison((m, n))
+        h, _ = _cuda.gated_linear_fwd(xg, wg, bg, "gelu_tanh", False, decode_row=row, decode_splits=splits)
+        kt.assert_matches_oracle(h, want, torch_out=torch_h, name=f"gated {row} splits={splits} {m}x{k}->{n}")
 
 
 @pytest.mark.gpu

@@ -301,6 +301,17 @@ int main(int argc, char** argv) {
   Timer timer(sms);
   auto time_one = [&](const std::function<void()>& f) { return timer.time_one(f); };
 
+  if (argc > 2 && std::string(argv[2]) == "clusters") {  // the tma rows' resident clusters of 2..8 CTAs
+    for (int row : {2, 3})
+      for (int gated = 0; gated < 2; ++gated)
+        for (int s : {2, 3, 4, 5, 6, 7, 8})
+          std::printf("%s%s: clusters of %d CTAs resident at once: %d (%d CTAs; %d slots)\n",
+                      pkg::DecodeTable::rows[row].name, gated ? " gated" : "", s,
+                      pkg::decode_tma_max_clusters(row, kp::kBF16, gated, s, 0),
+                      s * pkg::decode_tma_max_clusters(row, kp::kBF16, gated, s, 0),
+                      pkg::decode_tma_ctas_per_sm(row, kp::kBF16, gated, 0) * sms);
+    return 0;
+  }
   if (argc > 2 && std::string(argv[2]) == "rows") {  // rows only, against the stream's m16 kernel
     float* yr;
     T* yp;
