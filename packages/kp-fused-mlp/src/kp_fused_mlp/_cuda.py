@@ -346,8 +346,9 @@ def decode_plan(m: int, n_out: int, k: int, *, gated: bool = False, dtype=torch.
     split's k-steps, cluster: > 1 where the splits sum over a thread-block cluster (sm90, at most 8
     splits; no workspace), grid, ctas_per_sm, workspace_bytes). n_out: N (gated: I); splits > 0:
     forced, as `decode_splits` does; row: a decode_configs() name, forced, as `decode_row` does.
-    The tma rows (sm90; the default where a call has enough 16-row tiles, csrc/decode_table.h) take
-    no splits and no workspace: a persistent grid (grid[0] CTAs) shares the weight's tiles."""
+    The tma rows (sm90; the default where a call has 4 16-row tiles a CTA, csrc/decode_table.h) need
+    no workspace: a persistent grid (grid[0] CTAs) shares the weight's tiles; forced on fewer tiles
+    they split K over a cluster of `splits` CTAs (`cluster` == `splits`)."""
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     return dict(_plan(int(m), int(n_out), int(k), bool(gated), dtypes.code(dtype), int(splits), index,
