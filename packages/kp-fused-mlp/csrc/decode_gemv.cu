@@ -74,7 +74,6 @@ constexpr int kXPad = 32;       // mma: elements of padding after each token row
 constexpr int kFmaStepK = 256;  // fma: 32 lanes x 8 elements of each row
 constexpr int kReduceThreads = 256;
 constexpr int kMaxClusterSplits = 8;  // the portable cluster size
-constexpr int kTmaPassTiles = 8;      // decode_tma.cu: the tiles a CTA's pass holds
 
 struct Params {
   const void* x;
@@ -544,15 +543,15 @@ TmaLayout tma_layout(const DecodeRow& row, int row_index, int dtype, bool gated,
   const int64_t s_max = std::max<int64_t>(1, std::min<int64_t>(kMaxClusterSplits, ksteps));
   if (forced > 0) {  // one pass a cluster, if it takes more clusters than are resident
     TmaLayout f = layout(std::min<int64_t>(forced, s_max));
-    if (f.splits > 1 && f.per_cluster > kTmaPassTiles)
-      f.clusters = kp::cdiv(tiles, kTmaPassTiles), f.per_cluster = kp::cdiv(tiles, f.clusters);
+    if (f.splits > 1 && f.per_cluster > kDecodeTmaPassTiles)
+      f.clusters = kp::cdiv(tiles, kDecodeTmaPassTiles), f.per_cluster = kp::cdiv(tiles, f.clusters);
     return f;
   }
   TmaLayout best = layout(1);
   bool best_fits = best.per_cluster >= row.min_cta_tiles;
   for (int64_t s = 2; s <= s_max; ++s) {
     TmaLayout c = layout(s);
-    if (c.per_cluster > kTmaPassTiles) continue;  // that many clusters are not resident at once
+    if (c.per_cluster > kDecodeTmaPassTiles) continue;  // that many clusters are not resident at once
     const bool fits = c.per_cluster >= row.min_cta_tiles;
     // Fitting first, then the makespan (per_cluster / s), the fewer splits on a tie.
     if ((fits && !best_fits) || (fits == best_fits && c.per_cluster * best.splits < best.per_cluster * s))
@@ -573,10 +572,12 @@ DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype,
                       kp::cdiv(k, step_k(DecodeTable::rows[r])), splits);
   };
   pl.row = row_index;
+  TmaLayout lay{};
+  if (pl.row >= 0 && is_tma(DecodeTable::rows[pl.row])) lay = layout_of(pl.row);
   if (pl.row < 0) {  // the first row that serves M; a tma row only where rows alone fill its CTAs
     pl.row = pick_decode_row(m, sm, true);
     if (is_tma(DecodeTable::rows[pl.row])) {
-      const TmaLayout lay = layout_of(pl.row);
+      lay = layout_of(pl.row);
       // K splits stay forced only: the down projection of Llama-3-8B at 16 tokens (7 splits, 8
       // tiles a cluster) ran as fast as the mma rows alone (39.3 / 39.2 us) and made GatedMLP slower
       // after the gated tma kernel (105 us against 103; H200, 2026-11-29).
@@ -589,8 +590,7 @@ DecodePlan make_plan(int64_t m, int64_t n_out, int64_t k, bool gated, int dtype,
   const int64_t chunks = kp::cdiv(m, tokens_per_chunk(row));
   if (is_tma(row)) {  // persistent: clusters share the 16-row tiles, K split over a cluster (decode_tma.cu)
     pl.ctas_per_sm = decode_tma_ctas_per_sm(pl.row, dtype, gated, device);
-    const TmaLayout lay = layout_of(pl.row);
-    const int64_t s = lay.splits, clusters = lay.clusters;
+    const int64_t s = lay.splits, clusters = lay.clusters;  // computed above, once
     pl.splits = static_cast<int>(s);
     pl.split_steps = static_cast<int>(kp::cdiv(ksteps, s));
     pl.step_k = static_cast<int>(step_k(row));

@@ -11,7 +11,7 @@
 //   - Rows only, all of K: P = CTAs an SM x SMs CTAs; CTA c takes the 16-row tiles [U c / P,
 //     U (c + 1) / P) of the U tiles, in passes of at most 8 (the 4 warps x 2 tiles), and runs the
 //     epilogue of each pass from its registers. No CTA shares an output with another, so there is
-//     no fix-up and no workspace. Balanced where U >= ~4 P (decode_table.h's min_tiles_per_cta):
+//     no fix-up and no workspace. Balanced where U >= ~4 P (decode_table.h's min_cta_tiles):
 //     gated 4096 / 14336 is 1792 tiles, 6 or 7 a CTA at 264 CTAs.
 //     Measured against the first design (persistent shares of (row block, k-step), the parts of
 //     blocks that straddle CTAs added by the last to arrive; H200, 2026-11-28/29, 16 tokens, % of a
@@ -59,12 +59,14 @@ namespace kp_fused_mlp {
 namespace {
 
 using namespace decode_ptx;
+namespace cg = cooperative_groups;
 
 constexpr int kConsumers = 4;                      // mma warps, 2 tiles each
 constexpr int kConsumerThreads = 32 * kConsumers;  // the named barrier's count
 constexpr int kThreads = kConsumerThreads + 32;    // + the producer warp
 constexpr int kTileRows = 16;                      // weight rows a tile: one m16n8k16's M side
-constexpr int kPassTiles = 2 * kConsumers;         // tiles a pass
+constexpr int kPassTiles = kDecodeTmaPassTiles;    // tiles a pass: 2 a warp
+static_assert(kPassTiles == 2 * kConsumers, "a pass is two tiles a consumer warp");
 constexpr int kBox = 64;                           // columns a box: 128 bytes, the swizzle's span
 constexpr int kTileBytes = kTileRows * kBox * 2;   // 2 KB
 // Tiles a box of 4-D map s (4, 2, 1): a pass of nt tiles is at most one box of each.
@@ -213,7 +215,6 @@ __global__ void __launch_bounds__(kThreads, CT) decode_tma_kernel(const __grid_c
     }
     __syncwarp();
     if (p.splits > 1) {  // the cluster's two barriers below (a CTA's threads all arrive)
-      namespace cg = cooperative_groups;
       cg::this_cluster().sync();
       cg::this_cluster().sync();
     }
@@ -256,7 +257,6 @@ __global__ void __launch_bounds__(kThreads, CT) decode_tma_kernel(const __grid_c
     // consumers are done with the ring; after the cluster's barrier, rank r adds its share of the
     // accumulator slots (j) over the ranks in rank order (deterministic) through distributed shared
     // memory and stores them; a second barrier keeps every rank's park until all have read it.
-    namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     float* const park = reinterpret_cast<float*>(ring.stages);
     consumers_sync();
@@ -280,7 +280,6 @@ __global__ void __launch_bounds__(kThreads, CT) decode_tma_kernel(const __grid_c
   if (passes == 0) {
     kp::allow_dependents();
     if (p.splits > 1) {  // the producer and the other ranks wait at both barriers
-      namespace cg = cooperative_groups;
       cg::this_cluster().sync();
       cg::this_cluster().sync();
     }

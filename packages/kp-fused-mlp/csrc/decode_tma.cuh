@@ -9,6 +9,10 @@
 
 namespace kp_fused_mlp {
 
+// 16-row weight tiles a CTA holds in one pass (4 mma warps x 2): with K split over a cluster, a
+// cluster's whole run of tiles (decode_gemv.cu's tma_layout).
+constexpr int kDecodeTmaPassTiles = 8;
+
 // CTAs of a tma row's kernel resident on one SM of `device` (its grid: that many x SMs).
 int decode_tma_ctas_per_sm(int row, int dtype, bool gated, int device);
 // 16-row weight tiles of a call (gated: 8 gate and 8 up rows each): the unit CTAs share.
