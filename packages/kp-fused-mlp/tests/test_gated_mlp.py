@@ -348,6 +348,40 @@ def test_replace_mlps_keeps_logits_and_state_dict(kind, seed):
     assert not torch.equal(model.model.layers[0].mlp.state_dict()["gate_proj.weight"], before["model.layers.0.mlp.gate_proj.weight"])
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_replace_mlps_on_a_llama_at_the_decode_rows_sizes(seed):
+    """The cuda level in a bf16 Llama whose intermediate size (9216) gives the decode kernels the
+    row a Llama-3-8B gets (on sm90 the tma rows: >= 4 gated tiles a CTA): logits at 16, 5 and 1
+    tokens against the float64 model, and greedy decoding with the cache runs and matches the
+    unswapped bf16 model's first tokens. Tiny configs have too few tiles to reach these rows."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(hidden_size=256, intermediate_size=9216, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=101,
+                                      max_position_embeddings=64)  # fmt: skip
+    torch.manual_seed(seed)
+    original = transformers.LlamaForCausalLM(config).eval()
+    oracle = copy.deepcopy(original).double().cuda()
+    original = original.to("cuda", torch.bfloat16)
+    model = copy.deepcopy(original)
+    assert len(kp_fused_mlp.replace_mlps(model, backend="cuda")) == 2
+    rows = {m: _cuda.decode_plan(m, 9216, 256, gated=True)["row"] for m in (16, 5, 1)}
+    if torch.cuda.get_device_capability()[0] == 9:
+        assert rows[16].startswith("decode_tma") and rows[5].startswith("decode_tma"), rows
+    with torch.no_grad():
+        for tokens in (16, 5, 1):
+            ids = torch.randint(0, 101, (1, tokens), generator=kt.generator(seed + tokens)).cuda()
+            kt.assert_matches_oracle(model(ids).logits, oracle(ids).logits, bound=3e-2, torch_out=original(ids).logits,
+                                     name=f"logits, {tokens} tokens")  # fmt: skip
+        # Greedy decoding with the KV cache: one token a step through the 1-token rows; each step's
+        # logits against the float64 model's over the same prefix (argmax may flip between models).
+        ids = torch.randint(0, 101, (1, 16), generator=kt.generator(seed)).cuda()
+        out = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0, output_logits=True,
+                             return_dict_in_generate=True)  # fmt: skip
+        assert out.sequences.shape == (1, 20) and len(out.logits) == 4
+        want = oracle(out.sequences[:, :-1]).logits[0, 15:]
+        kt.assert_matches_oracle(torch.cat(out.logits).to(torch.bfloat16), want, bound=3e-2, name="generate's logits")
+
+
 def test_replace_mlps_at_the_triton_level_with_bias(level, seed):
     """A Llama with mlp_bias, swapped at each level: logits and the packed weight's gradient."""
     backend, device = level
