@@ -167,8 +167,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("dpre_partial_rows", &kp_fused_mlp::dpre_partial_rows, py::arg("m"), py::arg("n"), py::arg("device"),
         "rows of the fp32 scratch linear_act_dpre needs for the bias gradient");
   m.def("gemm_bwd_configs", &kp_fused_mlp::gemm_bwd_configs, "the GEMM table rows that have training kernels");
-  m.def("gemm_bwd_plan", &kp_fused_mlp::gemm_bwd_plan, py::arg("m"), py::arg("n") = 0, py::arg("wgrad") = false,
-        "the training row a GEMM with an m x n output gets (n 0: among the rows for any width; wgrad: dW's rule)");
+  m.def("gemm_bwd_plan", &kp_fused_mlp::gemm_bwd_plan, py::arg("m"), py::arg("n") = 0, py::arg("k") = 0,
+        py::arg("job") = 0,
+        "the training row a GEMM with an m x n output reducing over k gets (n, k 0: among the rows for any width or "
+        "depth); job 0 the saving forward, 1 dX, 2 dW (each its own rule)");
   m.def(
       "gemm_scheduler_override",
       [](int max_swizzle, int raster) { kp::gemm::set_scheduler_override(max_swizzle, raster); },
@@ -200,6 +202,7 @@ PYBIND11_MODULE(_C, m) {
       "config: a gated table row, -1: the table's pick; swizzle (1/2/4/8) and raster (0 heuristic, 1 along M, 2 "
       "along N) override the row's scheduler for sweeps (0 / -1: the row's)");
   m.def("gated_configs", &kp_fused_mlp::gated_config_names, "the rows of the gated GEMM table (csrc/gated_table.h)");
-  m.def("gated_plan", &kp_fused_mlp::gated_plan, py::arg("m"), py::arg("inter") = 0,
-        "the gated table row a call of m rows and `inter` outputs gets (inter 0: the rows for any width)");
+  m.def("gated_plan", &kp_fused_mlp::gated_plan, py::arg("m"), py::arg("inter") = 0, py::arg("k") = 0,
+        "the gated table row a call of m rows, `inter` outputs and k = hidden gets (inter, k 0: the rows for any "
+        "width or depth)");
 }

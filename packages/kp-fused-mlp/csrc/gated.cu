@@ -35,7 +35,7 @@ std::vector<std::string> gated_config_names() {
   return out;
 }
 
-int gated_plan(int64_t m, int64_t inter) { return pick_gated_row(m, 2 * inter); }
+int gated_plan(int64_t m, int64_t inter, int64_t k) { return pick_gated_row(m, 2 * inter, k); }
 
 void gated_linear_fwd(const kp::gemm::GatedProblem& p, int config, int device, cudaStream_t stream,
                       kp::gemm::SchedulerKnobs knobs) {
@@ -49,7 +49,7 @@ void gated_linear_fwd(const kp::gemm::GatedProblem& p, int config, int device, c
   const kp::DeviceInfo& info = kp::device_info(device);
   if (!(kp::gemm::built_for_sm90a() && info.major == 9 && info.minor == 0))
     KP_CHECK_ARG(false, "gated_linear: " + kp::gemm::sm90_device_problem(device));
-  const int row = config >= 0 ? config : pick_gated_row(p.m, 2 * p.inter);
+  const int row = config >= 0 ? config : pick_gated_row(p.m, 2 * p.inter, p.k);
   if (p.dtype == kp::kBF16)
     run_dtype<kp::kBF16>(p, row, device, stream, knobs);
   else

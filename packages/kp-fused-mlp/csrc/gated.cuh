@@ -16,6 +16,6 @@ namespace kp_fused_mlp {
 void gated_linear_fwd(const kp::gemm::GatedProblem& p, int config, int device, cudaStream_t stream,
                       kp::gemm::SchedulerKnobs knobs = {});
 std::vector<std::string> gated_config_names();
-int gated_plan(int64_t m, int64_t inter);
+int gated_plan(int64_t m, int64_t inter, int64_t k);
 
 }  // namespace kp_fused_mlp

@@ -13,9 +13,10 @@
 // W tiles of a row of tiles (a 28672-wide N) stream from DRAM again for every band of M.
 //   pingpong_128x128_c1x2   M <= 128: one tile row, so a cluster along M would idle its second CTA
 //                           (linear_act: c2x1 ran 1.7x slower at M = 128); the pair shares x tiles.
-//   pingpong_128x128_c2x1   M <= 4096: the epilogue of one consumer warpgroup runs under the
-//                           other's mainloop (the gated epilogue does more math a column than
-//                           bias + act: the overlap matters more here).
+//   pingpong_128x128_c2x1   M <= 4096, and any M where K <= 4096 (kGatedPingpongMaxK, below): the
+//                           epilogue of one consumer warpgroup runs under the other's mainloop
+//                           (the gated epilogue does more math a column than bias + act: the
+//                           overlap matters more here).
 //   coop_256x192_c1x2       larger M and N = 2I >= 12288: linear_act's wide-output tile
 //                           (gemm_table.h says why: more FLOPs per loaded byte, so a higher clock
 //                           under the power limit), 96 h columns a tile; the row's scheduler as
@@ -48,10 +49,32 @@ struct GatedTable {
   };
   static constexpr int size = sizeof(rows) / sizeof(rows[0]);
 };
+static_assert(GatedTable::rows[1].schedule == kp::gemm::Sm90Schedule::kPingpong && GatedTable::rows[1].cluster_m == 2,
+              "pick_gated_row's short-K cut names row 1: pingpong_128x128_c2x1");
 
 template <int Row>
 using GatedRow = kp::gemm::TableRow<GatedTable, Row>;
 
-inline int pick_gated_row(int64_t m, int64_t n) { return kp::gemm::pick_row<GatedTable>(m, n); }
+// Past max_m the pingpong row still serves a short K (the hidden size): its epilogue, which here
+// writes h and, when training, the pre-activations P (1.5x the output columns), runs under the
+// other consumer's mainloop, worth more than the wide tile where the mainloop is short. H200,
+// 2026-11-29, 8192 tokens, bf16 (docs/benchmarks/h200/fused-mlp-2026-11-29-s31-pingpong-rows/;
+// gemm_bwd_table.h names the three regimes), against torch.compile of the unfused projections +
+// silu * mul:                        windows          paired           flushed
+//   4096 -> 2 x 14336     pingpong     1.049x           1.092x           1.047x
+//                         coop_256x192 0.973x           0.979x           1.000x
+//                         coop_128x256 0.990x           1.004x           1.006x
+//     saving P            pingpong     0.995x           1.068x           0.971x
+//                         coop_256x192 0.950x           0.912x           0.947x
+//                         coop_128x256 0.983x           0.905x           0.928x
+//   8192 -> 2 x 28672     pingpong 0.951x in windows (1.047x paired), coop 0.991-0.995x: no cut.
+constexpr int64_t kGatedPingpongMaxK = 4096;
+
+// The row of a call of M rows, N = 2I columns of Wi and K = hidden (n, k 0: unknown, the rows for
+// any width or depth).
+inline int pick_gated_row(int64_t m, int64_t n, int64_t k = 0) {
+  if (m > 128 && k > 0 && k <= kGatedPingpongMaxK) return 1;  // pingpong_128x128_c2x1
+  return kp::gemm::pick_row<GatedTable>(m, n);
+}
 
 }  // namespace kp_fused_mlp

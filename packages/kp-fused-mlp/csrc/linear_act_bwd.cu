@@ -16,7 +16,7 @@ using kp::gemm::Operands;
 using kp::gemm::Sm90Gemm;
 namespace epi = kp::gemm::epi;
 
-enum class Job { kSave, kDgrad, kWgrad };
+using Job = TrainJob;
 constexpr Operands kOps[] = {Operands::kKK, Operands::kKMn, Operands::kMnMn};
 constexpr const char* kJobNames[] = {"linear_act (training forward)", "linear_act dx", "linear_act dweight"};
 
@@ -51,7 +51,7 @@ void run(Job job, const kp::gemm::Problem& p, const epi::BiasActAux::Args& e, in
   kp::gemm::check_problem(p, 2, kOps[static_cast<int>(job)]);
   if (p.m == 0 || p.n == 0) return;
   kp::gemm::check_sm90_device(device, what);
-  const int row = config >= 0 ? config : job == Job::kWgrad ? pick_wgrad_row(p.m) : pick_bwd_row(p.m, p.n);
+  const int row = config >= 0 ? config : pick_train_row(p.m, p.n, p.k, job);
   if (p.dtype == kp::kBF16)
     run_dtype<kp::kBF16>(job, p, e, row, device, stream);
   else
@@ -87,6 +87,9 @@ void linear_act_wgrad(const GradGemmArgs& a, int config, int device, cudaStream_
 
 std::vector<int> gemm_bwd_configs() { return std::vector<int>(std::begin(GemmBwdTable::rows), std::end(GemmBwdTable::rows)); }
 
-int gemm_bwd_plan(int64_t m, int64_t n, bool wgrad) { return wgrad ? pick_wgrad_row(m) : pick_bwd_row(m, n); }
+int gemm_bwd_plan(int64_t m, int64_t n, int64_t k, int job) {
+  KP_CHECK_ARG(job >= 0 && job <= 2, "gemm_bwd_plan: job must be 0 (save), 1 (dx) or 2 (dw)");
+  return pick_train_row(m, n, k, static_cast<TrainJob>(job));
+}
 
 }  // namespace kp_fused_mlp

@@ -53,6 +53,8 @@ int64_t dpre_partial_rows(int64_t m, int64_t n, int device);
 void linear_act_dpre(const DpreArgs& a, int device, cudaStream_t stream);
 
 std::vector<int> gemm_bwd_configs();  // the rows with training kernels
-int gemm_bwd_plan(int64_t m, int64_t n, bool wgrad);  // the training row of a GEMM with an m x n output
+// The training row of a GEMM with an m x n output reducing over k (n, k 0: unknown); job: 0 the
+// saving forward, 1 dX, 2 dW (gemm_bwd_table.h's TrainJob).
+int gemm_bwd_plan(int64_t m, int64_t n, int64_t k, int job);
 
 }  // namespace kp_fused_mlp

@@ -584,6 +584,10 @@ def test_cuda_plan_and_auto():
     assert [_cuda.gated_plan(m) for m in (1, 128, 129, 4096, 4097, 8192)] == [r for r in any_width for _ in (0, 1)]
     assert _cuda.gated_plan(8192, 14336) == "coop_256x192_c1x2" and _cuda.gated_plan(8192, 6143) == any_width[-1]
     assert _cuda.gated_plan(4096, 14336) == "pingpong_128x128_c2x1"
+    # past M = 4096 the pingpong row still serves a hidden size (K) up to 4096: Llama-3-8B's shape
+    assert _cuda.gated_plan(8192, 14336, 4096) == "pingpong_128x128_c2x1" == _cuda.gated_plan(65536, 2048, 64)
+    assert _cuda.gated_plan(8192, 28672, 8192) == "coop_256x192_c1x2" and _cuda.gated_plan(8192, 6143, 4097) == any_width[-1]
+    assert _cuda.gated_plan(100, 14336, 4096) == "pingpong_128x128_c1x2"
 
 
 @pytest.mark.gpu

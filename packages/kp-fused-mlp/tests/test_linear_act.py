@@ -538,10 +538,17 @@ def test_training_table():
     assert _cuda.gemm_bwd_plan(4097) == names[4] == "coop_128x256_c2x1" and _cuda.gemm_bwd_plan(14336) == names[4]
     # the wide tile where the output is wide: dX of a down projection (8192 x 14336), dW of an up one
     assert _cuda.gemm_bwd_plan(8192, 14336) == names[3] == "coop_256x192_c1x2"
-    assert _cuda.gemm_bwd_plan(14336, 4096) == names[4] and _cuda.gemm_bwd_plan(16, 14336) == names[2]
-    # dW: coop 128 x 256 from 4096 out_features whatever the width, the pingpong row below
-    assert _cuda.gemm_bwd_plan(4096, 14336, wgrad=True) == names[4] == _cuda.gemm_bwd_plan(14336, 4096, wgrad=True)
-    assert _cuda.gemm_bwd_plan(4095, 14336, wgrad=True) == names[2]
+    assert _cuda.gemm_bwd_plan(14336, 4096, job="dx") == names[4] and _cuda.gemm_bwd_plan(16, 14336) == names[2]
+    # dW: coop 128 x 256 from 4096 out_features whatever the width or depth, the pingpong row below
+    assert _cuda.gemm_bwd_plan(4096, 14336, job="dw") == names[4] == _cuda.gemm_bwd_plan(14336, 4096, 8192, "dw")
+    assert _cuda.gemm_bwd_plan(4095, 14336, job="dw") == names[2]
+    # the pingpong cuts past M = 4096: the saving forward at K <= 4096 or N <= 4096, dX at K <= 4096
+    assert _cuda.gemm_bwd_plan(8192, 14336, 4096) == names[2] == _cuda.gemm_bwd_plan(8192, 4096, 14336)
+    assert _cuda.gemm_bwd_plan(8192, 28672, 8192) == names[3] and _cuda.gemm_bwd_plan(8192, 8192, 28672) == names[4]
+    assert _cuda.gemm_bwd_plan(8192, 14336, 4096, "dx") == names[2]
+    assert _cuda.gemm_bwd_plan(8192, 4096, 14336, "dx") == names[4] == _cuda.gemm_bwd_plan(8192, 4096, 28672, "dx")
+    with pytest.raises(ValueError, match="job must be one of save, dx, dw"):
+        _cuda.gemm_bwd_plan(8192, 4096, 4096, "dgrad")
 
 
 def test_scheduler_override():

@@ -87,7 +87,7 @@ def sweep(ops: list, reps: int, shapes: list) -> list:
         for op in ops:
             kp_fn, torch_fn, (gm, gn, gk) = impls[op]
             flops = 2 * gm * gn * gk
-            row_name = _cuda.gemm_plan(gm, gn, gk) if op == "gemm" else _cuda.gemm_bwd_plan(gm, gn, wgrad=op == "dw")
+            row_name = _cuda.gemm_plan(gm, gn, gk) if op == "gemm" else _cuda.gemm_bwd_plan(gm, gn, gk, job=op)
             settings = [("table", 0, "row")] + [(f"{s}/{r}", s, r) for s in SWIZZLES for r in RASTERS]
 
             def with_setting(swizzle, raster, kp_fn=kp_fn):

@@ -66,7 +66,7 @@ for hidden, inter in ((4096, 14336), (8192, 28672)):
             ms = triton.testing.do_bench(lambda: _cuda.gated_linear_fwd(x, w, None, "silu", False, config=config,
                                          swizzle=swizzle, raster=raster), warmup=50, rep=300)  # fmt: skip
             print(f"  {row:24s} swizzle {swizzle} raster {raster:2d}  {ms:.3f} ms  {flops / ms / 1e9:.0f} TFLOP/s  "
-                  f"{mm / ms:.3f}x torch.mm" + ("  (auto's row)" if row == _cuda.gated_plan(8192, inter) else ""))
+                  f"{mm / ms:.3f}x torch.mm" + ("  (auto's row)" if row == _cuda.gated_plan(8192, inter, hidden) else ""))
 PYEOF
 echo "rows rc=$?"; cat "$OUT/gated_rows.txt"
 

@@ -244,11 +244,17 @@ def gemm_plan(m: int, n: int, k: int) -> str:
     return NATIVE.module.gemm_configs()[NATIVE.module.gemm_plan(m, n, k)]
 
 
-def gemm_bwd_plan(m: int, n: int = 0, wgrad: bool = False) -> str:
-    """The training row (csrc/gemm_bwd_table.h) of a GEMM with an m x n output: the training forward
-    (tokens x out_features), dx (tokens x in_features), or with wgrad dweight (out_features x
-    in_features, its own rule). n = 0: among the rows for any width."""
-    return NATIVE.module.gemm_configs()[NATIVE.module.gemm_bwd_plan(m, n, wgrad)]
+TRAIN_JOBS = ("save", "dx", "dw")  # gemm_bwd_table.h's TrainJob codes, in order
+
+
+def gemm_bwd_plan(m: int, n: int = 0, k: int = 0, job: str = "save") -> str:
+    """The training row (csrc/gemm_bwd_table.h) of a GEMM with an m x n output reducing over k: the
+    saving forward (tokens x out_features, k = in_features), "dx" (tokens x in_features, k =
+    out_features) or "dw" (out_features x in_features, k = tokens; its own rule, by m). n or k 0:
+    unknown, among the rows for any width or depth."""
+    if job not in TRAIN_JOBS:
+        raise ValueError(f"job must be one of {', '.join(TRAIN_JOBS)}, got {job!r}")
+    return NATIVE.module.gemm_configs()[NATIVE.module.gemm_bwd_plan(m, n, k, TRAIN_JOBS.index(job))]
 
 
 RASTERS = {"row": -1, "heuristic": 0, "along_m": 1, "along_n": 2}  # kp::gemm::Sm90Raster codes; "row": the table's
@@ -495,10 +501,10 @@ def gated_linear_bwd(dh, x, w, pre, activation: str, need_dx: bool, need_dw: boo
     return linear_act_bwd(gated_pre_grad(dh, pre, activation), x, w, None, "none", need_dx, need_dw, need_db)
 
 
-def gated_plan(m: int, inter: int = 0) -> str:
-    """The name of the gated table row a call of M rows and `inter` output columns gets
-    (csrc/gated_table.h; inter 0: among the rows for any width)."""
-    return NATIVE.module.gated_configs()[NATIVE.module.gated_plan(m, inter)]
+def gated_plan(m: int, inter: int = 0, hidden: int = 0) -> str:
+    """The name of the gated table row a call of M rows, `inter` output columns and K = `hidden`
+    gets (csrc/gated_table.h; inter, hidden 0: among the rows for any width or depth)."""
+    return NATIVE.module.gated_configs()[NATIVE.module.gated_plan(m, inter, hidden)]
 
 
 def gated_decode_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, decode_splits: Optional[int] = None,
