@@ -591,6 +591,24 @@ def test_cuda_plan_and_auto():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(4104, 1032, 520), (4104, 4104, 520)], ids=lambda s: "x".join(map(str, s)))
+def test_cuda_default_rows_past_4096_tokens(shape, seed):
+    """Past 4096 tokens the gated GEMM's row depends on K (gated_table.h's kGatedPingpongMaxK): the
+    table's pick on each side of the cut, saving P and not, against float64."""
+    _cuda = _cuda_level()
+    m, hidden, inter = shape
+    assert _cuda.gated_plan(m, inter, hidden) == ("pingpong_128x128_c2x1" if hidden <= 4096 else "coop_128x256_c2x1")
+    x, w, b = _inputs((m, hidden), inter, torch.bfloat16, "cuda", seed, True)
+    want, torch_h = _oracle(x, w, b, "silu")
+    with poisoned_outputs("cuda", [want.numel() * 8] * 3):
+        h, pre = _cuda.gated_linear_fwd(x, w, b, "silu", True)
+    kt.assert_matches_oracle(h, want, torch_out=torch_h, name=f"h {shape}")
+    kt.assert_matches_oracle(pre, F.linear(x.double(), w.double(), b.double()), torch_out=F.linear(x, w, b),
+                             name=f"pre {shape}")  # fmt: skip
+    assert torch.equal(_cuda.gated_linear_fwd(x, w, b, "silu", False)[0], h)
+
+
+@pytest.mark.gpu
 def test_cuda_weight_cache(seed):
     """The interleaved copy is built once per weight and rebuilt when the weight changes: an in-place
     update (version counter), a new tensor at the freed address, a dtype change through .data."""

@@ -352,6 +352,31 @@ def test_gradients_match_oracle(level, shape, dtype, act, with_bias, seed):
     _check_grads([g for g in grads if g is not None], x, w, b, act, dy, f"{backend} {act}")
 
 
+# Past 4096 tokens the training rows depend on N and K (csrc/gemm_bwd_table.h's pingpong cuts): one
+# shape on which every job takes the pingpong row, one on which none does.
+ROWS_PAST_4096 = {(4104, 264, 136): ("pingpong_128x128_c2x1",) * 3,
+                  (4104, 4112, 4104): ("coop_128x256_c2x1",) * 3}  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", list(ROWS_PAST_4096), ids=lambda s: "x".join(map(str, s)))
+def test_training_rows_past_4096_tokens_match_oracle(shape, seed):
+    """The public training call where the table's rules pick by N and K: y, dx, dweight, dbias
+    against float64, NaN-poisoned outputs."""
+    why = _cuda.linear_act_supports(True, "cuda", 0, torch.bfloat16, True, 64, 64)
+    if why:
+        pytest.skip(why)
+    m, n, k = shape
+    assert (_cuda.gemm_bwd_plan(m, n, k), _cuda.gemm_bwd_plan(m, k, n, "dx"),
+            _cuda.gemm_bwd_plan(n, k, m, "dw")) == ROWS_PAST_4096[shape]  # fmt: skip
+    x, w, b = _inputs((m, k), n, torch.bfloat16, "cuda", seed, True)
+    dy = kt.randn((m, n), dtype=torch.bfloat16, device="cuda", seed=seed + 3)
+    y, *grads = _run_with_grad("cuda", x, w, b, "silu", dy)
+    want, torch_y = _oracle(x, w, b, "silu")
+    kt.assert_matches_oracle(y, want, torch_out=torch_y, name="y")
+    _check_grads(grads, x, w, b, "silu", dy, f"cuda {shape}")
+
+
 @pytest.mark.parametrize("layout", ["strided-dy", "column-major-dy", "expanded-dy", "batched", "column-major-x",
                                     "transposed-weight", "aligned-row-strided"])  # fmt: skip
 def test_gradient_layouts(level, layout, seed):
