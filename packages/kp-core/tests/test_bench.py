@@ -78,3 +78,39 @@ def test_progress_counts_host_timing_as_a_step(capsys, monkeypatch):
     assert [r["status"] for r in rows] == ["ok", "ok"] and all(r["host_ms"] for r in rows)
     steps = [tuple(map(int, m)) for m in re.findall(r"\[(\d+)/(\d+)\]", capsys.readouterr().out)]
     assert steps and all(done <= total for done, total in steps), steps
+
+
+def test_sustained_timing_adds_its_columns(capsys, monkeypatch):
+    """A case with sustained=True: every ok row gets sustained_ms and kp's rows a sustained speedup
+    over each baseline; the report shows the columns; progress counts it as a step."""
+    import contextlib
+    import re
+
+    from kp_core.bench import progress as progress_mod
+    from kp_core.bench import report, runner
+
+    monkeypatch.setattr(runner, "progress", lambda total: contextlib.nullcontext(progress_mod._Plain(total)))
+    case = bench.Case(op="scale", label="n=8", params={"n": 8}, make_inputs=lambda: (torch.ones(8),),
+                      impls={"kp": lambda x: x * 2, "torch": lambda x: torch.mul(x, 2),
+                             "broken": lambda x: 1 / 0}, sustained=True)  # fmt: skip
+    rows = bench.run([case], device="cpu", warmup=1, rep=2)
+    assert [r["status"] for r in rows] == ["ok", "ok", "skipped"]
+    assert rows[0]["sustained_ms"] > 0 and rows[1]["sustained_ms"] > 0 and rows[2]["sustained_ms"] is None
+    assert set(rows[0]["sustained_speedup"]) == {"torch"} and rows[1]["sustained_speedup"] == {}
+    assert rows[0]["host_ms"] is None and rows[0]["host_speedup"] == {}
+    out = capsys.readouterr().out
+    assert "sustained" in out
+    steps = [tuple(map(int, m)) for m in re.findall(r"\[(\d+)/(\d+)\]", out)]
+    assert steps and all(done <= total for done, total in steps) and steps[-1][1] == 4, steps
+    table = "\n".join(report._table(rows, {}))
+    assert "sustained (µs)" in table and "vs torch (sustained)" in table and "(host)" not in table
+
+
+def test_sustained_ms_interleaves_and_times_each(monkeypatch):
+    """sustained_ms runs each impl in windows, A B .. B A every round, and returns a time per call."""
+    order = []
+    fns = {"a": lambda: order.append("a"), "b": lambda: order.append("b")}
+    got = bench.sustained_ms(fns, device="cpu", window_ms=0.001, rounds=2)
+    assert set(got) == {"a", "b"} and all(v >= 0 for v in got.values())
+    # two calls each to size the windows (a window of 0.001 ms is one call), then the rounds
+    assert order == ["a", "a", "b", "b"] + ["a", "b", "b", "a"] * 2

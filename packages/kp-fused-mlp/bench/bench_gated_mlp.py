@@ -16,8 +16,9 @@ tokens also hidden 8192, intermediate 28672:
 - `gated_mlp_train`: forward and backward of the block (gradients of x and every weight).
 QuACK (quack_baselines.py: its gated GEMM with the activation in the epilogue, then its down GEMM,
 forward and backward, on the same weights) where it is installed.
-Compute-bound from 1024 tokens (the ceiling is the measured GEMM peak); at 1-64 tokens the call
-streams the weights (GB/s against copy bandwidth).
+Compute-bound from 1024 tokens (the ceiling is the measured GEMM peak; those cases are also timed
+under sustained load, back to back, as a training step or a prefill runs them: the `sustained`
+columns); at 1-64 tokens the call streams the weights (GB/s against copy bandwidth).
 """
 from __future__ import annotations
 
@@ -111,13 +112,13 @@ def cases(quick: bool, device: str):
         yield bench.Case(  # inference: no gradient, so kp writes h alone (no saved pre-activations)
             op="gated_mlp_fwd", label=f"{tokens}x{hidden}->{inter}", params=params, make_inputs=make,
             flops=6 * tokens * hidden * inter, bytes=weights + tokens * 2 * hidden * BF16,
-            ceiling="copy" if decode else "gemm", host_timing=decode,
+            ceiling="copy" if decode else "gemm", host_timing=decode, sustained=not decode,
             impls={**{k: _no_grad(m) for k, m in kp.items()}, "torch": _no_grad(unfused),
                    "torch.compile": _no_grad(compiled), "quack": _no_grad(others.get("quack", _quack_missing))})
         yield bench.Case(
             op="gated_linear_fwd", label=f"{tokens}x{hidden}->{inter}", params=params, make_inputs=make,
             flops=4 * tokens * hidden * inter, bytes=2 * weights // 3 + tokens * (hidden + inter) * BF16,
-            ceiling="copy" if decode else "gemm", host_timing=decode,
+            ceiling="copy" if decode else "gemm", host_timing=decode, sustained=not decode,
             impls={"kp-cuda": lambda x, w=w: kp_fused_mlp.gated_linear(x, w, backend="cuda"),
                    "kp-triton": lambda x, w=w: kp_fused_mlp.gated_linear(x, w, backend="triton"),
                    "torch": lambda x, w=w: _unfused_gated(x, w),
@@ -130,7 +131,7 @@ def cases(quick: bool, device: str):
                     torch.randn(tokens, hidden, device=device, dtype=DTYPE))
         yield bench.Case(
             op="gated_mlp_train", label=f"{tokens}x{hidden}->{inter}", params=params, make_inputs=make_train,
-            flops=18 * tokens * hidden * inter, ceiling="gemm",
+            flops=18 * tokens * hidden * inter, ceiling="gemm", sustained=True,
             impls={**{k: _train_step(m) for k, m in kp.items()}, "torch": _train_step(unfused),
                    "torch.compile": _train_step(compiled),
                    "quack": _train_step(others["quack"]) if "quack" in others else _quack_missing})

@@ -15,7 +15,7 @@ from .dispatch import (
 from .native import NativeStatus, load as load_native
 from .patching import PatchReport, Skip, Swap, patch
 
-__version__ = "0.3.4"
+__version__ = "0.3.5"
 
 __all__ = [
     "BACKENDS",

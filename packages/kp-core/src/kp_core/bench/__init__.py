@@ -4,7 +4,7 @@ A script yields `Case`s (one op at one size, with every implementation to compar
 `cases(quick, device)` and ends with `raise SystemExit(bench.main(cases, suite="norm"))`. The
 harness measures the copy and GEMM ceilings, times each impl (median device time per call: CUDA
 events after an L2 flush and a stream hold that keeps the host's launch latency out of the window,
-over rotating input sets), records failing impls as skipped, and writes JSON + Markdown + a PNG
+over rotating input sets; cases that ask for it also back to back under sustained load), records failing impls as skipped, and writes JSON + Markdown + a PNG
 per op to docs/benchmarks/<gpu>/. Without a GPU it runs the CPU variants once as a smoke test.
 """
 from .case import Case, Impl, is_kp
@@ -14,7 +14,7 @@ from .env import gpu_slug
 from .imports import optional, require
 from .report import load, regenerate, write as write_report
 from .runner import run
-from .timing import do_bench, host_ms
+from .timing import do_bench, host_ms, sustained_ms
 
 __all__ = [
     "Case",
@@ -30,5 +30,6 @@ __all__ = [
     "regenerate",
     "require",
     "run",
+    "sustained_ms",
     "write_report",
 ]

@@ -33,6 +33,9 @@ class Case:
                  a given implementation happens to move).
     ceiling:     "copy" or "gemm": the measured ceiling the % column refers to; None for none.
     host_timing: also measure host (CPU) time per call, for launch-bound sizes.
+    sustained:   also time windows of back-to-back calls, the impls in turn (timing.sustained_ms):
+                 for compute-bound ops that real use runs back to back (training steps, prefill),
+                 where the power limit, not the clock's ceiling, sets the speed.
     sweep:       the params key on the plot's x axis; default: the first key whose value varies
                  over the op's cases.
     """
@@ -46,6 +49,7 @@ class Case:
     flops: int | None = None
     ceiling: str | None = None
     host_timing: bool = False
+    sustained: bool = False
     sweep: str | None = None
 
     def impl(self, name: str) -> Impl:

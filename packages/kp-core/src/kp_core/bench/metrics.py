@@ -9,14 +9,18 @@ from typing import Any
 
 # Which throughput figure each ceiling is compared with.
 CEILING_METRIC = {"copy": "gbps", "gemm": "tflops"}
+# The other per-call times a row may carry, and the speedups computed from each.
+EXTRA_TIMES = {"host_ms": "host_speedup", "sustained_ms": "sustained_speedup"}
 
 
 def annotate(rows: list[dict[str, Any]], ceilings: dict[str, dict]) -> list[dict[str, Any]]:
-    """Fill gbps, tflops, pct_of_ceiling, speedup and host_speedup (by baseline name) into each
-    row, in place; also returned."""
+    """Fill gbps, tflops, pct_of_ceiling, speedup, host_speedup and sustained_speedup (by baseline
+    name) into each row, in place; also returned."""
     for row in rows:
         row["gbps"] = row["tflops"] = row["pct_of_ceiling"] = None
-        row["speedup"], row["host_speedup"] = {}, {}
+        row["speedup"] = {}
+        for speedup in EXTRA_TIMES.values():
+            row[speedup] = {}
         ms = row.get("ms")
         if row["status"] != "ok" or not ms:
             continue
@@ -34,9 +38,9 @@ def annotate(rows: list[dict[str, Any]], ceilings: dict[str, dict]) -> list[dict
             if r["kp"] and r["status"] == "ok":
                 # > 1 means kp is faster than that baseline.
                 r["speedup"] = {b["impl"]: b["ms"] / r["ms"] for b in base}
-                if r.get("host_ms"):
-                    r["host_speedup"] = {b["impl"]: b["host_ms"] / r["host_ms"] for b in base
-                                         if b.get("host_ms")}
+                for ms, speedup in EXTRA_TIMES.items():
+                    if r.get(ms):
+                        r[speedup] = {b["impl"]: b[ms] / r[ms] for b in base if b.get(ms)}
     return rows
 
 

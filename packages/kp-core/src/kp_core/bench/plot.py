@@ -37,9 +37,16 @@ def plot_op(result: dict[str, Any], op: str, path: Path) -> Path | None:
         xs = [pos[r["params"].get(key)] for r in mine]
         style = dict(color=f"C{order.index(impl) % 10}", marker="o", markersize=4,
                      linewidth=2.2 if mine[0]["kp"] else 1.4)
+        sustained = [(x, r) for x, r in zip(xs, mine) if r.get("sustained_ms")]
         if use_pct:
             ax.plot(xs, [r["pct_of_ceiling"] for r in mine], label=impl, **style)
+            if sustained:  # the same work at the sustained time per call
+                ax.plot(*zip(*[(x, r["pct_of_ceiling"] * r["ms"] / r["sustained_ms"]) for x, r in sustained]),
+                        label=f"{impl} sustained", linestyle="--", **{**style, "marker": "^"})
         else:
+            if sustained:
+                ax.plot(*zip(*[(x, r["sustained_ms"] * 1e3) for x, r in sustained]), label=f"{impl} sustained",
+                        linestyle="--", **{**style, "marker": "^"})
             ax.plot(xs, [r["ms"] * 1e3 for r in mine], label=impl, **style)
             host = [(x, r["host_ms"] * 1e3) for x, r in zip(xs, mine) if r["host_ms"] is not None]
             if host:
@@ -50,10 +57,11 @@ def plot_op(result: dict[str, Any], op: str, path: Path) -> Path | None:
         ax.axhline(100, color="black", linewidth=1, linestyle="--",
                    label=f"{ceiling_name} ceiling = {c['value']:,.0f} {c['unit']}")
         ax.set_ylabel(f"% of the {ceiling_name} ceiling")
-        ax.set_ylim(bottom=0, top=max(110, *(r["pct_of_ceiling"] + 5 for r in rows)))
+        ax.set_ylim(bottom=0, top=max(110, *(r["pct_of_ceiling"] * max(1, r["ms"] / (r.get("sustained_ms") or r["ms"])) + 5
+                                             for r in rows)))
     else:
         ax.set_ylabel("time per call (µs)")
-        times = [r["ms"] for r in rows] + [r["host_ms"] for r in rows if r["host_ms"]]
+        times = [r["ms"] for r in rows] + [r[k] for r in rows for k in ("host_ms", "sustained_ms") if r.get(k)]
         if max(times) / min(times) > 20:  # log only where linear would squash the small ones
             ax.set_yscale("log")
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))

@@ -11,7 +11,7 @@ import torch
 from . import metrics
 from .case import Case, Impl, is_kp
 from .progress import progress
-from .timing import REP_MS, WARMUP_MS, do_bench, host_ms_interleaved, is_cuda, sync
+from .timing import REP_MS, WARMUP_MS, do_bench, host_ms_interleaved, is_cuda, sustained_ms, sync
 
 MAX_INPUT_SETS = 8
 L2_MULTIPLE = 3  # rotate through at least this many L2s worth of inputs
@@ -24,7 +24,8 @@ def run(cases: Iterable[Case], *, device: Any, ceilings: dict[str, dict] | None 
     """Time every impl of every case; one row per (case, impl), in order."""
     cases = list(cases)
     rows: list[dict[str, Any]] = []
-    with progress(sum(len(c.impls) + bool(c.host_timing) for c in cases)) as bar:  # host timing: one step more
+    # host and sustained timing: one step more each
+    with progress(sum(len(c.impls) + bool(c.host_timing) + bool(c.sustained) for c in cases)) as bar:
         for case in cases:
             rows.extend(_run_case(case, device, ceilings or {}, warmup, rep, bar))
     return rows
@@ -36,14 +37,15 @@ def _run_case(case: Case, device: Any, ceilings: dict, warmup: float, rep: float
     base = {"op": case.op, "label": case.label, "params": dict(case.params),
             "bytes": case.bytes, "flops": case.flops, "ceiling": case.ceiling,
             "sweep": case.sweep, "status": "skipped", "reason": None, "ms": None,
-            "host_ms": None, "input_sets": 0}
+            "host_ms": None, "sustained_ms": None, "input_sets": 0}
     try:
         sets = _input_sets(case, device)
     except Exception as e:  # e.g. OOM making the inputs: every impl of the case is skipped
         sets, failure = [], f"making inputs: {_reason(e)}"
     else:
         failure = None
-    rows, host_calls = [], {}
+    rows, calls = [], {}
+    late = case.host_timing or case.sustained  # lines wait for the extra columns
     for name in case.impls:
         bar.describe(f"{case.op} {case.label} · {name}")
         row = {**base, "impl": name, "kp": is_kp(name), "input_sets": len(sets),
@@ -52,8 +54,8 @@ def _run_case(case: Case, device: Any, ceilings: dict, warmup: float, rep: float
             try:
                 ms, call = _time_impl(case.impl(name), sets, device, warmup, rep)
                 row.update(ms=ms, status="ok")
-                if case.host_timing:
-                    host_calls[name] = call
+                if late:
+                    calls[name] = call
             except Exception as e:  # unavailable backend, missing package, OOM, ...
                 row["reason"] = _reason(e)
             if row["status"] != "ok":  # outside `except`: its traceback holds the inputs' memory
@@ -61,27 +63,30 @@ def _run_case(case: Case, device: Any, ceilings: dict, warmup: float, rep: float
         metrics.annotate([row], ceilings)
         rows.append(row)
         bar.advance()
-        if not case.host_timing:
+        if not late:
             bar.log(_line(row))
-    if host_calls:  # all impls of the case at once, their loops in turn
-        bar.describe(f"{case.op} {case.label} · host time")
+    extra = [("host_ms", "host time", lambda fns: host_ms_interleaved(
+        fns, device=device, calls=300 if is_cuda(device) else 20)) if case.host_timing else None,
+        ("sustained_ms", "sustained", lambda fns: sustained_ms(fns, device=device)) if case.sustained else None]
+    for key, what, timer in filter(None, extra):  # all impls of the case at once, in turn
+        bar.describe(f"{case.op} {case.label} · {what}")
         try:
-            host = host_ms_interleaved(host_calls, device=device, calls=300 if is_cuda(device) else 20)
+            got = timer(calls) if calls else {}
         except Exception as e:  # an impl that ran once but fails when called in a loop
-            host = {}
-            bar.log(f"  {case.op} {case.label}: host timing failed: {_reason(e)}")
+            got = {}
+            bar.log(f"  {case.op} {case.label}: {what} timing failed: {_reason(e)}")
         for row in rows:
-            row["host_ms"] = host.get(row["impl"])
-        host_calls.clear()  # the calls hold their inputs: let _release free them
-    if case.host_timing:
+            row[key] = got.get(row["impl"])
         bar.advance()
-    if case.host_timing:  # their lines wait for the host column
+    calls.clear()  # the calls hold their inputs: let _release free them
+    if late:
         for row in rows:
             bar.log(_line(row))
     del sets
     _release(device)
     for row in metrics.annotate(rows, ceilings):
-        for what, ratios in (("speedup", row["speedup"]), ("host speedup", row["host_speedup"])):
+        for what, ratios in (("speedup", row["speedup"]), ("host speedup", row["host_speedup"]),
+                             ("sustained speedup", row["sustained_speedup"])):
             if ratios:
                 bar.log(f"    {row['impl']} {what}: " + ", ".join(
                     f"{v:.2f}x {k}" for k, v in ratios.items()))
@@ -153,6 +158,8 @@ def _line(row: dict[str, Any]) -> str:
     parts = [f"{row['ms'] * 1e3:.1f} us"]
     if row["host_ms"] is not None:
         parts.append(f"host {row['host_ms'] * 1e3:.1f} us/call")
+    if row.get("sustained_ms") is not None:
+        parts.append(f"sustained {row['sustained_ms'] * 1e3:.1f} us")
     if row["gbps"] is not None:
         parts.append(f"{row['gbps']:.0f} GB/s")
     if row["tflops"] is not None:

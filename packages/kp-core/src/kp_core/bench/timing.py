@@ -9,7 +9,8 @@ event that lasts longer than the host takes to issue the call. Without it, a cal
 outlasts the flush (an autograd backward through a Python Function: 100-300 us of host time
 against a ~90 us flush) finds the GPU idle, and the window measures host launch latency, not the
 kernels; the same kernels read 50% or 90% of copy depending on how busy the host was. Host time
-is its own figure (`host_ms`).
+is its own figure (`host_ms`), and so is the time under sustained load (`sustained_ms`): windows of
+back-to-back calls, no flush, no gap, for ops that real use runs back to back.
 CPU (the no-GPU smoke run): time.perf_counter around single calls.
 """
 from __future__ import annotations
@@ -87,6 +88,50 @@ def host_ms_interleaved(fns: dict[str, Callable[[], Any]], *, device: Any = "cud
             sync(device)
             best[name] = min(best[name], (time.perf_counter() - t0) * 1e3 / calls)
     return best
+
+
+SUSTAINED_WINDOW_MS = 250  # a window: back-to-back calls of one impl lasting about this long
+SUSTAINED_ROUNDS = 3  # rounds of windows, each round A B .. B A
+
+
+def sustained_ms(fns: dict[str, Callable[[], Any]], *, device: Any = "cuda", window_ms: float = SUSTAINED_WINDOW_MS,
+                 rounds: int = SUSTAINED_ROUNDS) -> dict[str, float]:
+    """Time per call under sustained load: for each impl, windows of back-to-back calls (no flush,
+    no hold), the impls in turn in A B .. B A order, `rounds` times; the median window's time per
+    call. A flushed single call starts on a cool GPU at its highest clock; back to back, a
+    compute-bound kernel runs at the clock the power limit allows, which depends on the kernel
+    (H200, 2026-11-29: cuBLAS GEMMs 10-20% slower back to back than flushed, kp's pingpong GEMM rows
+    0-3%: which of two is faster can differ between the two figures). Interleaving keeps one impl
+    from always inheriting the other's heat. Device time (CUDA events around each window) on a GPU,
+    wall time on CPU."""
+    gpu = is_cuda(device)
+    calls = {}
+    for name, fn in fns.items():  # calls per window, from one timed call after a warm-up call
+        fn()
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        calls[name] = max(1, min(1000, int(window_ms / max((time.perf_counter() - t0) * 1e3, 1e-3))))
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    order = list(fns)
+    for _ in range(rounds):
+        for name in order + order[::-1]:
+            fn, n = fns[name], calls[name]
+            if gpu:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(n):
+                    fn()
+                end.record()
+                torch.cuda.synchronize()
+                times[name].append(start.elapsed_time(end) / n)
+            else:
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                times[name].append((time.perf_counter() - t0) * 1e3 / n)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def _cpu_median(fn: Callable[[], Any], rep: float, max_calls: int = 10) -> float:
