@@ -13,8 +13,9 @@ Cases (bf16), at 1, 2, 8, 16, 32 and 64 tokens:
   kp-cuda-gemm (kp's GEMM forced: its pingpong 64 x 128 row, what decode ran on before), torch
   (F.linear: cuBLAS) and torch.compile of it.
 - `decode_gated_mlp`: the whole block down(silu(gate(x)) * up(x)) at (4096, 14336) and (8192,
-  28672). Impls: kp-cuda (GatedMLP, auto: gated_linear's decode kernel and the down projection
-  through linear_act), kp-triton (GatedMLP at the Triton level, cuBLAS down projection), torch
+  28672). Impls: kp-cuda (GatedMLP, auto: at 3-16 tokens on sm90 both projections in one kernel,
+  csrc/decode_mlp.cu; else gated_linear's decode kernel and the down projection through
+  linear_act), kp-cuda-2kernel (the same without the fused kernel), kp-triton (GatedMLP at the Triton level, cuBLAS down projection), torch
   (the unfused module, eager) and torch.compile of it.
 Acceptance (issue 18): GatedMLP forward at 1 and 16 tokens >= 85% of copy bandwidth (torch.compile
 ~78%). The weights (117 MB and up) are larger than the H200's L2 (50 MB), and the timer flushes
@@ -42,14 +43,18 @@ CPU = {"linear": [(64, 96)], "mlp": [(64, 96)], "tokens": (1,)}  # the no-GPU sm
 
 @functools.cache
 def _modules(hidden, inter, device):
-    """(unfused, compiled unfused, kp GatedMLP auto, kp GatedMLP triton), one set of weights."""
+    """(unfused, compiled unfused, kp GatedMLP auto, kp GatedMLP triton, kp GatedMLP without the fused
+    decode kernel), one set of weights."""
     torch.manual_seed(0)
     unfused = UnfusedMLP(hidden, inter, device).eval()
     kp = kp_fused_mlp.GatedMLP(hidden, inter, device=device, dtype=DTYPE).eval()
     kp.load_state_dict(unfused.state_dict())
     kp_triton = kp_fused_mlp.GatedMLP(hidden, inter, device=device, dtype=DTYPE, backend="triton").eval()
     kp_triton.load_state_dict(unfused.state_dict())
-    return unfused, torch.compile(unfused, dynamic=False), kp, kp_triton
+    kp_2kernel = kp_fused_mlp.GatedMLP(hidden, inter, device=device, dtype=DTYPE).eval()
+    kp_2kernel.load_state_dict(unfused.state_dict())
+    kp_2kernel.fused_decode = False
+    return unfused, torch.compile(unfused, dynamic=False), kp, kp_triton, kp_2kernel
 
 
 @functools.cache
@@ -85,7 +90,7 @@ def _linear_cases(shapes, tokens, device):
 
 def _mlp_cases(shapes, tokens, device):
     for hidden, inter in shapes:
-        unfused, compiled, kp, kp_triton = _modules(hidden, inter, device)
+        unfused, compiled, kp, kp_triton, kp_2kernel = _modules(hidden, inter, device)
         for t in tokens:
             def make(t=t, hidden=hidden):
                 return (torch.randn(t, hidden, device=device, dtype=DTYPE),)
@@ -94,7 +99,8 @@ def _mlp_cases(shapes, tokens, device):
                 params={"tokens": t, "hidden": hidden, "intermediate": inter, "dtype": "bf16"}, make_inputs=make,
                 flops=6 * t * hidden * inter, bytes=(3 * hidden * inter + 2 * t * hidden) * BF16, ceiling="copy",
                 host_timing=True, sweep="tokens",
-                impls={"kp-cuda": _no_grad(kp), "kp-triton": _no_grad(kp_triton), "torch": _no_grad(unfused),
+                impls={"kp-cuda": _no_grad(kp), "kp-cuda-2kernel": _no_grad(kp_2kernel), "kp-triton": _no_grad(kp_triton),
+                       "torch": _no_grad(unfused),
                        "torch.compile": _no_grad(compiled)})
 
 

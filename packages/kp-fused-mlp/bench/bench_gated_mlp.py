@@ -6,8 +6,9 @@ Cases, at Llama-3-8B's sizes (hidden 4096, intermediate 14336) and 1-8192 tokens
 tokens also hidden 8192, intermediate 28672:
 - `gated_mlp_fwd`: the whole block, down(silu(gate(x)) * up(x)). kp-cuda and kp-triton are
   GatedMLP at the cuda level (kp's sm90a GEMM against the interleaved copy of the packed weight,
-  the gated activation in its epilogue) and at the Triton level, each followed by torch's down
-  projection; baselines: the unfused module as Hugging Face writes it (three nn.Linear, eager)
+  the gated activation in its epilogue; at 3-16 tokens on sm90 both projections in one kernel,
+  csrc/decode_mlp.cu, and kp-cuda-2kernel the same module without it) and at the Triton level,
+  each followed by torch's down projection; baselines: the unfused module as Hugging Face writes it (three nn.Linear, eager)
   and torch.compile of that module. Acceptance (issue 18): kp-triton >= 0.85x and kp-cuda
   >= 1.05x torch.compile at 8192 tokens. The cuda level's interleaved copy is built by the
   warm-up call (cached per weight), not timed.
@@ -56,14 +57,16 @@ class UnfusedMLP(nn.Module):
 
 @functools.cache
 def _modules(hidden, inter, device):
-    """(unfused, compiled unfused, {"kp-triton": GatedMLP, "kp-cuda": GatedMLP}, {"quack": its MLP}
-    or {} without QuACK), one set of weights."""
+    """(unfused, compiled unfused, {"kp-triton": GatedMLP, "kp-cuda": GatedMLP, "kp-cuda-2kernel":
+    GatedMLP without the fused decode kernel}, {"quack": its MLP} or {} without QuACK), one set of
+    weights."""
     torch.manual_seed(0)
     unfused = UnfusedMLP(hidden, inter, device)
     kp = {}
-    for name, backend in (("kp-cuda", "cuda"), ("kp-triton", "triton")):
+    for name, backend in (("kp-cuda", "cuda"), ("kp-triton", "triton"), ("kp-cuda-2kernel", "cuda")):
         kp[name] = kp_fused_mlp.GatedMLP(hidden, inter, device=device, dtype=DTYPE, backend=backend)
         kp[name].load_state_dict(unfused.state_dict())
+    kp["kp-cuda-2kernel"].fused_decode = False  # the decode path before the fused kernel, for the A/B
     others = {}
     if not quack.QUACK_MISSING and device != "cpu":
         others["quack"] = quack.gated_mlp(hidden, inter, "silu", gate_up_weight=kp["kp-cuda"].gate_up_weight,
@@ -113,7 +116,8 @@ def cases(quick: bool, device: str):
             op="gated_mlp_fwd", label=f"{tokens}x{hidden}->{inter}", params=params, make_inputs=make,
             flops=6 * tokens * hidden * inter, bytes=weights + tokens * 2 * hidden * BF16,
             ceiling="copy" if decode else "gemm", host_timing=decode, sustained=not decode,
-            impls={**{k: _no_grad(m) for k, m in kp.items()}, "torch": _no_grad(unfused),
+            impls={**{k: _no_grad(m) for k, m in kp.items() if decode or k != "kp-cuda-2kernel"},
+                   "torch": _no_grad(unfused),
                    "torch.compile": _no_grad(compiled), "quack": _no_grad(others.get("quack", _quack_missing))})
         yield bench.Case(
             op="gated_linear_fwd", label=f"{tokens}x{hidden}->{inter}", params=params, make_inputs=make,
@@ -132,7 +136,8 @@ def cases(quick: bool, device: str):
         yield bench.Case(
             op="gated_mlp_train", label=f"{tokens}x{hidden}->{inter}", params=params, make_inputs=make_train,
             flops=18 * tokens * hidden * inter, ceiling="gemm", sustained=True,
-            impls={**{k: _train_step(m) for k, m in kp.items()}, "torch": _train_step(unfused),
+            impls={**{k: _train_step(m) for k, m in kp.items() if k != "kp-cuda-2kernel"},
+                   "torch": _train_step(unfused),
                    "torch.compile": _train_step(compiled),
                    "quack": _train_step(others["quack"]) if "quack" in others else _quack_missing})
 

@@ -50,6 +50,7 @@
 #include "decode_ptx.cuh"
 #include "decode_table.h"
 #include "decode_tma.cuh"
+#include "decode_tma_parts.cuh"
 #include "kp/dtype.cuh"
 #include "kp/error.cuh"
 #include "kp/host.cuh"
@@ -59,118 +60,13 @@ namespace kp_fused_mlp {
 namespace {
 
 using namespace decode_ptx;
+using namespace tma_parts;
 namespace cg = cooperative_groups;
-
-constexpr int kConsumers = 4;                      // mma warps, 2 tiles each
-constexpr int kConsumerThreads = 32 * kConsumers;  // the named barrier's count
-constexpr int kThreads = kConsumerThreads + 32;    // + the producer warp
-constexpr int kTileRows = 16;                      // weight rows a tile: one m16n8k16's M side
-constexpr int kPassTiles = kDecodeTmaPassTiles;    // tiles a pass: 2 a warp
-static_assert(kPassTiles == 2 * kConsumers, "a pass is two tiles a consumer warp");
-constexpr int kBox = 64;                           // columns a box: 128 bytes, the swizzle's span
-constexpr int kTileBytes = kTileRows * kBox * 2;   // 2 KB
-// Tiles a box of 4-D map s (4, 2, 1): a pass of nt tiles is at most one box of each.
-__host__ __device__ constexpr int map_tiles(int s) { return 4 >> s; }
-
-struct TmaParams {
-  CUtensorMap w_tiles[3];  // the 4-D view (64 columns, 8 rows, 2 halves, full tiles): boxes of map_tiles(s)
-  CUtensorMap w_rows;      // [rows, k]: boxes of 8 rows x 64 columns (a partial last tile)
-  CUtensorMap x_map;       // [m, k]: boxes of 8 MT tokens x 64 columns
-  const void* bias;
-  void* y;
-  int64_t m, n_out, k;      // n_out: output columns (gated: I)
-  int64_t ksteps, tiles, full_tiles;
-  int tile_step, half_step;  // weight rows from tile t to t + 1, from a tile's first half to its second
-  int act;
-  int splits;  // K splits: the CTAs of a cluster (1: rows only); > 1 only with one pass a CTA
-};
-
-__host__ __device__ constexpr int x_box_bytes(int mt) { return 8 * mt * kBox * 2; }
-__host__ __device__ constexpr int box_bytes(int mt) { return kPassTiles * kTileBytes + x_box_bytes(mt); }
-__host__ __device__ constexpr int stage_bytes(int mt, int sk) { return sk / kBox * box_bytes(mt); }
-// Dynamic smem: the stages, full and empty mbarriers, and 1 KB to align the ring (the swizzle's
-// pattern repeats every 1024 bytes: a box must start on one).
-constexpr size_t smem_of(int mt, int sk, int st) { return static_cast<size_t>(st) * stage_bytes(mt, sk) + 16 * st + 1024; }
-
-// The kernel's helpers: sm90 only (the kernel's body is empty below it).
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-// The 16-byte chunk c of row `row` of a 128-byte-swizzled box: stored at chunk c ^ (row % 8).
-__device__ __forceinline__ uint4 ld_swizzled(const unsigned char* box, int row, int c) {
-  return *reinterpret_cast<const uint4*>(box + row * 128 + ((c ^ (row & 7)) << 4));
-}
-
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerThreads) : "memory"); }
-
-// The MMAs of one stage for warp `warp` (thread g = lane / 4, t = lane % 4): tiles warp and warp +
-// 4 of each 64-column box q (acc[0], acc[1]) against its x box, into acc[tile][token tile].
-template <typename T, int MT, int SK>
-__device__ __forceinline__ void consume_stage(const unsigned char* st, int warp, int g, int t, float (&acc)[2][MT][4]) {
-#pragma unroll
-  for (int q = 0; q < SK / kBox; ++q) {
-    const unsigned char* qs = st + q * box_bytes(MT);
-    // Thread t takes chunks 2t + j of each row (k values 16t + 8j ..; the MMA's k order is free as
-    // long as x's match): rows g and g + 1 of a quarter-warp's LDS.128 then hit disjoint banks
-    // under the swizzle (chunks {0, 2, 4, 6} ^ g against ^ (g + 1)).
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int c = 2 * t + j;
-      uint4 w[2][2], xb[MT];
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) w[r][h] = ld_swizzled(qs, kTileRows * (warp + kConsumers * r) + 8 * h + g, c);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) xb[mt] = ld_swizzled(qs + kPassTiles * kTileBytes, 8 * mt + g, c);
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) mma_step<T>(acc[r][mt], w[r][0], w[r][1], xb[mt]);
-    }
-  }
-}
-
-// The producer's copies of tiles [t0, t0 + nt) x columns k0 .. k0 + 63 into `dst` (2 KB a tile):
-// whole tiles through the 4-D maps, a partial last one as two 8-row boxes.
-__device__ __forceinline__ void load_tiles(unsigned char* dst, const TmaParams& p, int64_t t0, int nt, int k0,
-                                           uint64_t* bar, uint64_t pol) {
-  const int whole = static_cast<int>(std::min<int64_t>(nt, std::max<int64_t>(0, p.full_tiles - t0)));
-  int i = 0;
-#pragma unroll
-  for (int s = 0; s < 3; ++s)
-    for (; whole - i >= map_tiles(s); i += map_tiles(s))
-      tma_load_4d(dst + i * kTileBytes, &p.w_tiles[s], k0, 0, 0, static_cast<int>(t0 + i), bar, pol);
-  if (whole < nt) {  // the partial last tile
-    const int row = static_cast<int>((t0 + whole) * p.tile_step);
-    tma_load_2d(dst + whole * kTileBytes, &p.w_rows, k0, row, bar, pol);
-    tma_load_2d(dst + whole * kTileBytes + kTileBytes / 2, &p.w_rows, k0, row + p.half_step, bar, pol);
-  }
-}
-#endif  // sm90
-
-// The epilogue of accumulator i of tile slot r, token tile mt of consumer thread `tid` (warp w,
-// g = lane / 4, t = lane % 4): the tile's row g + 8 (i / 2), token 8 mt + 2t + i % 2; gated: i < 2,
-// its up sum at i + 2. `a(i)` reads a sum.
-template <typename T, bool GATED, typename Sum>
-__device__ __forceinline__ void store_acc(const TmaParams& p, int64_t t0, int nt, int x_row0, int tid, int r, int mt,
-                                          int i, Sum&& a) {
-  const int warp = tid >> 5, g = (tid & 31) >> 2, t = tid & 3;
-  const int tile = warp + kConsumers * r;
-  const int64_t tok = x_row0 + 8 * mt + 2 * t + (i & 1);
-  if (tile >= nt || tok >= p.m) return;  // tiles past the pass's nt computed stale smem
-  if constexpr (GATED) {
-    const int64_t col = (t0 + tile) * 8 + g;
-    if (col < p.n_out) store_decode_out<T, true>(p.bias, p.y, p.act, p.n_out, tok, col, a(i), a(i + 2));
-  } else {
-    const int64_t col = (t0 + tile) * kTileRows + g + 8 * (i >> 1);
-    if (col < p.n_out) store_decode_out<T, false>(p.bias, p.y, p.act, p.n_out, tok, col, a(i), 0.f);
-  }
-}
 
 template <typename T, int MT, int SK, int ST, int CT, bool GATED>
 __global__ void __launch_bounds__(kThreads, CT) decode_tma_kernel(const __grid_constant__ TmaParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int kStage = stage_bytes(MT, SK);
-  constexpr int kBoxes = SK / kBox;  // per stage
   constexpr int kAcc = 2 * MT * 4;   // accumulators a consumer thread
   static_assert(SK % kBox == 0 && kStage % 1024 == 0 && box_bytes(MT) % 1024 == 0, "stages are whole 1 KB-aligned boxes");
   static_assert(kAcc * kConsumers * 32 * 4 <= kStage, "a cluster's sums park in stage 0");
@@ -191,26 +87,12 @@ __global__ void __launch_bounds__(kThreads, CT) decode_tma_kernel(const __grid_c
   if (warp == kConsumers) {  // the producer: lane 0 issues every box of a stage
     if (lane == 0) {
       const uint64_t pol_w = evict_first_policy(), pol_x = evict_last_policy();
-      int stage = 0;
-      uint32_t phase = 0;
+      RingCursor c;
       for (int64_t ps = 0; ps < passes; ++ps) {
         const int64_t t0 = t_begin + kPassTiles * ps;
         const int nt = static_cast<int>(std::min<int64_t>(kPassTiles, t_end - t0));
-        // Every box counts whole, zeros past the tensor included.
-        const uint32_t bytes = kBoxes * (nt * kTileBytes + x_box_bytes(MT));
-        for (int64_t s = k_begin; s < k_end; ++s) {
-          mbar_wait(&ring.empty[stage], phase ^ 1);
-          unsigned char* st = ring.stages + stage * kStage;
-          mbar_arrive_expect(&ring.full[stage], bytes);
-#pragma unroll
-          for (int q = 0; q < kBoxes; ++q) {
-            const int k0 = static_cast<int>(s * SK + q * kBox);
-            unsigned char* qs = st + q * box_bytes(MT);
-            load_tiles(qs, p, t0, nt, k0, &ring.full[stage], pol_w);
-            tma_load_2d(qs + kPassTiles * kTileBytes, &p.x_map, k0, x_row0, &ring.full[stage], pol_x);
-          }
-          if (++stage == ST) stage = 0, phase ^= 1;
-        }
+        for (int64_t s = k_begin; s < k_end; ++s, c.advance<ST>())
+          fill_stage<MT, SK>(ring, c, p, t0, nt, s, x_row0, true, pol_w, pol_x);
       }
     }
     __syncwarp();
@@ -221,23 +103,15 @@ __global__ void __launch_bounds__(kThreads, CT) decode_tma_kernel(const __grid_c
     return;
   }
 
-  const int g = lane >> 2, t = lane & 3;
   float acc[2][MT][4];
   float* const flat = &acc[0][0][0];
-  int stage = 0;
-  uint32_t phase = 0;
+  RingCursor c;
   for (int64_t ps = 0; ps < passes; ++ps) {
     const int64_t t0 = t_begin + kPassTiles * ps;
     const int nt = static_cast<int>(std::min<int64_t>(kPassTiles, t_end - t0));
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) flat[j] = 0.f;
-    for (int64_t s = k_begin; s < k_end; ++s) {
-      mbar_wait(&ring.full[stage], phase);
-      consume_stage<T, MT, SK>(ring.stages + stage * kStage, warp, g, t, acc);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&ring.empty[stage]);  // release: this warp's reads of the stage are done
-      if (++stage == ST) stage = 0, phase ^= 1;
-    }
+    consume_steps<T, MT, SK, ST>(ring, c, k_begin, k_end, warp, lane, acc);
     // The weight stream is over: the next kernel may queue. (Triggered at the start instead, with
     // this grid one wave, a dependent of this grid's own dependent (GatedMLP's down projection after
     // its gated one, back to back) took slots that this grid's last CTAs still waited for: 146 us
@@ -352,8 +226,10 @@ CUtensorMap encode(const void* base, int dtype, int rank, const cuuint64_t* dims
   return map;
 }
 
-// The weight's tiles as a 4-D view (64 columns, 8 rows, 2 halves, `tiles` tiles): row r of half h
-// of tile t is weight row tile_step t + half_step h + r; boxes of `box_tiles` whole tiles.
+}  // namespace
+
+namespace tma_parts {
+
 CUtensorMap make_tile_map(const void* w, int dtype, int64_t k, int64_t stride, int64_t tiles, int64_t tile_step,
                           int64_t half_step, int box_tiles) {
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(k), 8, 2, static_cast<cuuint64_t>(tiles)};
@@ -363,8 +239,6 @@ CUtensorMap make_tile_map(const void* w, int dtype, int64_t k, int64_t stride, i
   return encode(w, dtype, 4, dims, strides, box);
 }
 
-// A [rows, cols] tensor of 16-bit elements, row stride `stride` elements, boxes of box_rows x 64
-// columns with the 128-byte swizzle (out-of-bounds elements read as zeros).
 CUtensorMap make_map(const void* base, int dtype, int64_t rows, int64_t cols, int64_t stride, int box_rows) {
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(stride) * 2};
@@ -372,7 +246,32 @@ CUtensorMap make_map(const void* base, int dtype, int64_t rows, int64_t cols, in
   return encode(base, dtype, 2, dims, strides, box);
 }
 
-}  // namespace
+TmaParams tma_params(const DecodeArgs& a, int tokens, int stage_k, int splits) {
+  const int64_t rows = a.gated ? 2 * a.n_out : a.n_out;
+  TmaParams p{};
+  p.tiles = decode_tma_tiles(a.n_out, a.gated);
+  p.full_tiles = a.gated ? a.n_out / 8 : a.n_out / kTileRows;
+  p.tile_step = a.gated ? 8 : kTileRows;
+  p.half_step = a.gated ? static_cast<int>(a.n_out) : 8;
+  if (p.full_tiles > 0)
+    for (int s = 0; s < 3; ++s)
+      p.w_tiles[s] = make_tile_map(a.w, a.dtype, a.k, a.w_stride, p.full_tiles, p.tile_step, p.half_step, map_tiles(s));
+  p.w_rows = make_map(a.w, a.dtype, rows, a.k, a.w_stride, 8);
+  // One token row has no stride to speak of: any legal one (a multiple of 16 bytes).
+  const int64_t x_stride = a.m > 1 ? a.x_stride : static_cast<int64_t>(kp::round_up(a.k, 8));
+  p.x_map = make_map(a.x, a.dtype, a.m, a.k, x_stride, 8 * tokens);
+  p.bias = a.bias;
+  p.y = a.y;
+  p.m = a.m;
+  p.n_out = a.n_out;
+  p.k = a.k;
+  p.ksteps = kp::cdiv(a.k, static_cast<int64_t>(stage_k));
+  p.act = a.act;
+  p.splits = splits;
+  return p;
+}
+
+}  // namespace tma_parts
 
 int decode_tma_ctas_per_sm(int row, int dtype, bool gated, int device) {
   int n = 0;
@@ -396,27 +295,7 @@ int decode_tma_max_clusters(int row, int dtype, bool gated, int splits, int devi
 
 void decode_tma(const DecodeArgs& a, const DecodePlan& pl, int device, cudaStream_t stream) {
   const DecodeRow& row = DecodeTable::rows[pl.row];
-  const int64_t rows = a.gated ? 2 * a.n_out : a.n_out;
-  TmaParams p{};
-  p.tiles = decode_tma_tiles(a.n_out, a.gated);
-  p.full_tiles = a.gated ? a.n_out / 8 : a.n_out / kTileRows;
-  p.tile_step = a.gated ? 8 : kTileRows;
-  p.half_step = a.gated ? static_cast<int>(a.n_out) : 8;
-  if (p.full_tiles > 0)
-    for (int s = 0; s < 3; ++s)
-      p.w_tiles[s] = make_tile_map(a.w, a.dtype, a.k, a.w_stride, p.full_tiles, p.tile_step, p.half_step, map_tiles(s));
-  p.w_rows = make_map(a.w, a.dtype, rows, a.k, a.w_stride, 8);
-  // One token row has no stride to speak of: any legal one (a multiple of 16 bytes).
-  const int64_t x_stride = a.m > 1 ? a.x_stride : static_cast<int64_t>(kp::round_up(a.k, 8));
-  p.x_map = make_map(a.x, a.dtype, a.m, a.k, x_stride, 8 * row.tokens);
-  p.bias = a.bias;
-  p.y = a.y;
-  p.m = a.m;
-  p.n_out = a.n_out;
-  p.k = a.k;
-  p.ksteps = kp::cdiv(a.k, static_cast<int64_t>(row.stage_k));
-  p.act = a.act;
-  p.splits = pl.splits;
+  const TmaParams p = tma_params(a, row.tokens, row.stage_k, pl.splits);
   KP_CHECK_ARG(pl.splits >= 1 && pl.splits <= 8 && pl.grid_x % pl.splits == 0 &&
                    (pl.splits == 1 || kp::cdiv(p.tiles, pl.grid_x / pl.splits) <= kPassTiles),
                "decode: a tma plan's K splits are a cluster of at most 8 CTAs with one pass of tiles each");

@@ -5,9 +5,10 @@ of its table with each epilogue, on shapes with M, N and K tails; its training p
 forward, dP with the bias gradient, the dX and dW GEMMs) on each training row; gated_linear's sm90 GEMM
 (the interleaved weight, the gated epilogue's direct stores of h and of the pre-activations), every
 row of its table, both dtypes and activations, on M/H/I tails; the decode kernels of linear_act
-and gated_linear (every decode row, K splits) (tools/gpu_check.sh sanitize).
+and gated_linear (every decode row, K splits); GatedMLP's fused decode kernel (tools/gpu_check.sh
+sanitize).
 
-    python sanitize_fused-mlp.py [glu] [gemm] [train] [gated] [decode]    (default: all five)
+    python sanitize_fused-mlp.py [glu] [gemm] [train] [gated] [decode] [decode_mlp]    (default: all six)
 """
 import sys
 
@@ -144,7 +145,31 @@ def decode():
                         kt.assert_matches_oracle(h, want, name=f"gated decode {row} {act} {m}x{k}x{n}")
 
 
-PARTS = {"glu": glu, "gemm": gemm, "train": train, "gated": gated, "decode": decode}
+def decode_mlp():
+    # GatedMLP's fused decode kernel (csrc/decode_mlp.cu, sm90): both tma rows forced, a partial
+    # down tile and a block of one tile (H = 136, 4104), K tails (I = 200), one gated and one down
+    # tile (8 / 8), more gated tiles than a pass (I = 20008), with and without biases; and a size
+    # the plan serves by default at 16 tokens (I = 9216; Llama-3-8B's ran past 100 s under racecheck). The grid barriers' counter is read and written by
+    # every CTA: racecheck sees only shared memory, memcheck the rest.
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9:
+        return print("decode_mlp: skipped, needs sm90")
+    sizes = [(8, 8), (136, 200), (4104, 136), (264, 20008)]
+    for row, m in (("decode_tma_m8", 3), ("decode_tma_m16", 16), (None, 16)):
+        for hidden, inter in sizes if row else [(256, 9216)]:
+            dtype = torch.bfloat16 if m % 2 == 0 else torch.float16
+            x = kt.randn((m, hidden), dtype=dtype, device="cuda", seed=m)
+            wgu = kt.randn((2 * inter, hidden), dtype=dtype, device="cuda", seed=inter) / hidden**0.5
+            wd = kt.randn((hidden, inter), dtype=dtype, device="cuda", seed=hidden) / inter**0.5
+            bgu = kt.randn((2 * inter,), dtype=dtype, device="cuda", seed=1)
+            bd = kt.randn((hidden,), dtype=dtype, device="cuda", seed=2)
+            for b1, b2, act in ((None, None, "silu"), (bgu, bd, "gelu_tanh")):
+                y = _cuda.gated_mlp_decode(x, wgu, b1, wd, b2, act, decode_row=row)
+                d = lambda t: None if t is None else t.double()
+                h = reference.gated_linear(d(x), d(wgu), d(b1), act, acc=torch.float64)
+                kt.assert_matches_oracle(y, F.linear(h, d(wd), d(b2)), name=f"decode_mlp {row} {m} {hidden}/{inter}")
+
+
+PARTS = {"glu": glu, "gemm": gemm, "train": train, "gated": gated, "decode": decode, "decode_mlp": decode_mlp}
 for part in sys.argv[1:] or PARTS:
     PARTS[part]()
 torch.cuda.synchronize()

@@ -210,6 +210,31 @@ inline void launch_cluster_shape(void (*kernel)(KArgs...), int device, dim3 grid
   detail::launch_ex(kernel, device, grid, block, smem, stream, cluster, false, std::forward<Args>(args)...);
 }
 
+// Launch `kernel` cooperatively: the driver starts it only with every CTA resident at once (or
+// fails the launch), so its CTAs may wait on each other (a grid barrier). The grid must fit
+// blocks_per_sm x SMs.
+template <typename... KArgs, typename... Args>
+inline void launch_cooperative(void (*kernel)(KArgs...), int device, dim3 grid, dim3 block, size_t smem,
+                               cudaStream_t stream, Args&&... args) {
+  if (smem > detail::kOptInAbove) {
+    std::lock_guard<std::mutex> lock(detail::cache_mu());
+    detail::prepare(reinterpret_cast<const void*>(kernel), device, smem, 1);
+  }
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+  if (e != cudaSuccess) throw_cuda(e, "cudaLaunchKernelEx (cooperative)", __FILE__, __LINE__);
+  KP_CHECK_LAUNCH();
+}
+
 // In the kernel before one launched by launch_dependent: let the dependent's CTAs be scheduled
 // as this grid's CTAs exit, instead of after the whole grid (griddepcontrol.launch_dependents).
 __device__ __forceinline__ void allow_dependents() {

@@ -526,3 +526,74 @@ def gated_decode_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, de
         splits, index, current_stream(index), row,
     )  # fmt: skip
     return h, None
+
+
+# ---------------------------------------------------------------------------------------------
+# GatedMLP's decode forward in one persistent kernel (csrc/decode_mlp.cu): the gated tma rows, a
+# grid barrier, the down projection in 128-row blocks x K splits, a second barrier, the split sums.
+
+_BARRIER_COUNTERS: dict = {}  # (device index, stream) -> the grid barrier's 8-byte counter
+
+
+def _barrier_counter(device: torch.device) -> torch.Tensor:
+    """The stream's grid-barrier counter (csrc/decode_mlp.cu: never reset, so one a stream: calls on
+    one stream never overlap). Under CUDA graph capture a fresh zeroed one that the graph owns (its
+    memset replays with it), so a graph replayed on another stream shares nothing with eager calls."""
+    if torch.cuda.is_current_stream_capturing():
+        return torch.zeros(1, dtype=torch.int64, device=device)
+    key = (device.index, torch.cuda.current_stream(device).cuda_stream)
+    counter = _BARRIER_COUNTERS.get(key)
+    if counter is None:
+        counter = _BARRIER_COUNTERS[key] = torch.zeros(1, dtype=torch.int64, device=device)
+    return counter
+
+
+def gated_mlp_decode_plan(m: int, hidden: int, inter: int, dtype=torch.bfloat16, device=None,
+                          decode_row: Optional[str] = None) -> dict:  # fmt: skip
+    """The fused GatedMLP decode kernel's plan of M tokens: row (the decode table's tma row, "" where
+    the kernel does not serve the call, `why` then says why), grid (CTAs), blocks and splits (the down
+    projection's 128-row blocks and K splits), h_bytes and partial_bytes (its workspaces).
+    `decode_row`: a tma row of decode_configs(), forced at any size its tokens cover (tests)."""
+    index = torch.device("cuda" if device is None else device).index
+    index = torch.cuda.current_device() if index is None else index
+    row = _decode_row_index(decode_row)
+    return dict(NATIVE.module.gated_mlp_decode_plan(int(m), int(hidden), int(inter), dtypes.code(dtype), index, row))
+
+
+def gated_mlp_decode_problem(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> Optional[str]:
+    """Why the fused decode kernel does not take GatedMLP's call on x [M, H] (None: it does)."""
+    if not NATIVE.loaded:
+        return "kp_fused_mlp was built without its CUDA level"
+    if x.device.type != "cuda" or x.dtype not in (torch.float16, torch.bfloat16):
+        return "the fused decode kernel takes float16/bfloat16 CUDA tensors"
+    if not (x.dtype == w_gate_up.dtype == w_down.dtype):
+        return "x and the weights must share a dtype"
+    (m, hidden), inter = x.shape, w_down.shape[1]
+    return gated_mlp_decode_plan(m, hidden, inter, x.dtype, x.device)["why"] or None
+
+
+def gated_mlp_decode(x: torch.Tensor, w_gate_up: torch.Tensor, b_gate_up, w_down: torch.Tensor, b_down,
+                     activation: str, decode_row: Optional[str] = None) -> torch.Tensor:  # fmt: skip
+    """down(act(x Wg^T + bg) * (x Wu^T + bu)) for x [M, H] (M a few tokens; gated_mlp_decode_problem
+    says which), w_gate_up [2I, H], b_gate_up [2I] or None, w_down [H, I], b_down [H] or None, one
+    16-bit dtype. h is rounded to the dtype before the down projection, as the two-kernel path
+    does. Returns y [M, H] contiguous. `decode_row` as for gated_mlp_decode_plan."""
+    (m, hidden), inter = x.shape, w_down.shape[1]
+    plan = gated_mlp_decode_plan(m, hidden, inter, x.dtype, x.device, decode_row)
+    if not plan["row"]:
+        raise ValueError(f"kp_fused_mlp: the fused decode kernel does not take this call: {plan['why']}")
+    x, w_gate_up, w_down = _tma_ready(x), _tma_ready(w_gate_up), _tma_ready(w_down)
+    b_gate_up = None if b_gate_up is None else b_gate_up.contiguous()
+    b_down = None if b_down is None else b_down.contiguous()
+    y = torch.empty((m, hidden), dtype=x.dtype, device=x.device)
+    h = torch.empty((m, inter), dtype=x.dtype, device=x.device)
+    partials = torch.empty(plan["partial_bytes"] // 4, dtype=torch.float32, device=x.device)
+    counter = _barrier_counter(x.device)
+    index = x.device.index
+    NATIVE.module.gated_mlp_decode(
+        x.data_ptr(), _ld(x), w_gate_up.data_ptr(), _ld(w_gate_up), 0 if b_gate_up is None else b_gate_up.data_ptr(),
+        w_down.data_ptr(), _ld(w_down), 0 if b_down is None else b_down.data_ptr(), y.data_ptr(), h.data_ptr(),
+        partials.data_ptr(), counter.data_ptr(), m, hidden, inter, dtypes.code(x.dtype), ACT_CODES[activation], index,
+        current_stream(index), _decode_row_index(decode_row),
+    )  # fmt: skip
+    return y

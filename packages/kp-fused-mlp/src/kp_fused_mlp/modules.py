@@ -17,6 +17,10 @@ from . import gated, linear
 from .gated import GATED_ACTIVATIONS, gated_linear
 from .linear import linear_act
 
+def _cuda_level():
+    return gated.LEVELS.module("cuda")
+
+
 _PACKED = {"gate_up_weight": "weight", "gate_up_bias": "bias"}  # packed Parameter -> Hugging Face key suffix
 
 
@@ -32,6 +36,11 @@ class GatedMLP(nn.Module):
     builds one from a Hugging Face MLP; `kp_fused_mlp.replace_mlps(model)` swaps every one of a
     model's.
     """
+
+    fused_decode = True
+    """Inference calls at the decode table's tma sizes (sm90; 3-16 tokens where the gated projection
+    takes a tma row) run both projections in one kernel (csrc/decode_mlp.cu); False keeps the two
+    kernels (for A/B benchmarks)."""
 
     def __init__(self, hidden: int, intermediate: int, activation: str = "silu", bias: bool = False,
                  device=None, dtype=None, backend: str | None = None):  # fmt: skip
@@ -62,9 +71,13 @@ class GatedMLP(nn.Module):
             # Autocast casts F.linear's operands; gated_linear takes one dtype, so cast as it would.
             dtype = torch.get_autocast_dtype(x.device.type)
             x, w, b = x.to(dtype), w.to(dtype), None if b is None else b.to(dtype)
-        name = gated.level(x, w, b, self.backend)[0]
-        h = gated_linear(x, w, self.activation, b, backend=name)
+        name, grad, compiling = gated.level(x, w, b, self.backend)
         down = self.down_proj
+        if name == "cuda" and self.fused_decode and not (autocast or grad or compiling):
+            y = self._fused_decode(x, w, b, down)
+            if y is not None:
+                return y
+        h = gated_linear(x, w, self.activation, b, backend=name)
         decode = linear.linear_decodes(h, down.out_features, h.shape[-1])
         if name == "cuda" and decode and not autocast and _plain_linear(down) and down.weight.dtype == h.dtype:
             # At a few tokens the cuda level streams the down weight through linear_act too (its
@@ -77,6 +90,20 @@ class GatedMLP(nn.Module):
             if down_level == "cuda" and not grad:
                 return linear_act(h, down.weight, down.bias, backend="cuda")
         return down(h)
+
+    def _fused_decode(self, x, w, b, down):
+        """The fused decode kernel's y (csrc/decode_mlp.cu: both projections in one launch), or None
+        where it does not take the call (not sm90, too many or too few tokens, a down projection
+        that is not a plain nn.Linear of x's dtype or that needs a gradient)."""
+        if not _plain_linear(down) or down.weight.dtype != x.dtype or x.dim() == 0:
+            return None
+        if torch.is_grad_enabled() and (down.weight.requires_grad or (down.bias is not None and down.bias.requires_grad)):
+            return None
+        rows = x.reshape(-1, x.shape[-1])
+        if rows.shape[0] == 0 or _cuda_level().gated_mlp_decode_problem(rows, w, down.weight):
+            return None
+        y = _cuda_level().gated_mlp_decode(rows, w, b, down.weight, down.bias, self.activation)
+        return y.view(*x.shape[:-1], down.out_features)
 
     def extra_repr(self) -> str:
         s = f"hidden={self.hidden}, intermediate={self.intermediate}, activation={self.activation!r}"
