@@ -88,24 +88,25 @@ PYBIND11_MODULE(_C, m) {
       [](uintptr_t x, int64_t x_stride, uintptr_t w_gate_up, int64_t w_gate_up_stride, uintptr_t b_gate_up,
          uintptr_t w_down, int64_t w_down_stride, uintptr_t b_down, uintptr_t y, uintptr_t h, uintptr_t partials,
          uintptr_t counter, int64_t m_, int64_t hidden, int64_t inter, int dtype, int act, int device,
-         uintptr_t stream, int row) {
+         uintptr_t stream, int row, int splits) {
         const kp_fused_mlp::MlpDecodeArgs a{py_ptr(x), x_stride, py_ptr(w_gate_up), w_gate_up_stride, py_ptr(b_gate_up),
                                             py_ptr(w_down), w_down_stride, py_ptr(b_down), py_ptr<void*>(y),
                                             py_ptr<void*>(h), py_ptr<float*>(partials),
                                             py_ptr<unsigned long long*>(counter), m_, hidden, inter, dtype, act};
-        kp_fused_mlp::gated_mlp_decode(a, row, device, py_stream(stream));
+        kp_fused_mlp::gated_mlp_decode(a, row, splits, device, py_stream(stream));
       },
       py::arg("x"), py::arg("x_stride"), py::arg("w_gate_up"), py::arg("w_gate_up_stride"), py::arg("b_gate_up"),
       py::arg("w_down"), py::arg("w_down_stride"), py::arg("b_down"), py::arg("y"), py::arg("h"), py::arg("partials"),
       py::arg("counter"), py::arg("m"), py::arg("hidden"), py::arg("inter"), py::arg("dtype"), py::arg("act"),
-      py::arg("device"), py::arg("stream"), py::arg("row") = -1,
+      py::arg("device"), py::arg("stream"), py::arg("row") = -1, py::arg("splits") = 0,
       "y[m, hidden] = (act(x Wg^T + bg) * (x Wu^T + bu)) Wd^T + bd in one persistent kernel (sm90; csrc/decode_mlp.cu): "
       "h [m, inter] and partials (gated_mlp_decode_plan's bytes) are workspaces, counter an 8-byte grid-barrier "
-      "counter of the stream, zero before its first call; row >= 0 forces a tma row of the decode table");
+      "counter of the stream, zero before its first call; row >= 0 forces a tma row of the decode table, splits > 0 the down projection's K "
+      "splits");
   m.def(
       "gated_mlp_decode_plan",
-      [](int64_t m_, int64_t hidden, int64_t inter, int dtype, int device, int row) {
-        const auto p = kp_fused_mlp::gated_mlp_decode_plan(m_, hidden, inter, dtype, row, device);
+      [](int64_t m_, int64_t hidden, int64_t inter, int dtype, int device, int row, int splits) {
+        const auto p = kp_fused_mlp::gated_mlp_decode_plan(m_, hidden, inter, dtype, row, splits, device);
         py::dict d;
         d["row"] = p.row >= 0 ? kp_fused_mlp::decode_row_names()[p.row] : std::string();
         d["why"] = std::string(p.why ? p.why : "");
@@ -117,6 +118,7 @@ PYBIND11_MODULE(_C, m) {
         return d;
       },
       py::arg("m"), py::arg("hidden"), py::arg("inter"), py::arg("dtype"), py::arg("device"), py::arg("row") = -1,
+      py::arg("splits") = 0,
       "the fused GatedMLP decode kernel's plan (row: '' when it does not serve the call, why says why; grid, "
       "blocks and splits of the down projection, workspace bytes)");
   m.def(

@@ -52,6 +52,7 @@ using namespace tma_parts;
 constexpr unsigned long long kQuantum = 1ull << 24;  // the counter's advance a call (grids < 2^23 CTAs)
 constexpr int kHStoredBar = 2;  // named barrier: the consumers' h stores -> the producer
 constexpr int kOpenBar = 3;     // named barrier: the producer passed the first grid barrier -> the consumers
+constexpr int64_t kMaxSplits = 64;
 
 struct MlpParams {
   TmaParams up;    // x -> h: the gated stream (up.y = h, up.bias = [bg; bu])
@@ -232,7 +233,7 @@ void with_mlp_kernel(int dtype, int row, F&& f) {
   return pick(__half{});
 }
 
-MlpDecodePlan make_plan(int64_t m, int64_t hidden, int64_t inter, int dtype, int row_index, int device) {
+MlpDecodePlan make_plan(int64_t m, int64_t hidden, int64_t inter, int dtype, int row_index, int splits, int device) {
   MlpDecodePlan pl{};
   pl.row = -1;
   const kp::DeviceInfo& info = kp::device_info(device);
@@ -264,7 +265,10 @@ MlpDecodePlan make_plan(int64_t m, int64_t hidden, int64_t inter, int dtype, int
   pl.grid = ctas_per_sm * info.sms;
   pl.blocks = kp::cdiv(kp::cdiv(hidden, int64_t{kTileRows}), int64_t{kPassTiles});
   const int64_t ksteps = kp::cdiv(inter, static_cast<int64_t>(row.stage_k));
-  pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({pl.grid / pl.blocks, ksteps, 64})));
+  // The down projection's K splits: as many as fill the grid with (block, split) items (Llama-3-8B:
+  // 32 blocks x 8 on 264 CTAs), at most one a k-step and kMaxSplits (the reduce reads them all).
+  const int64_t want = splits > 0 ? splits : pl.grid / pl.blocks;
+  pl.splits = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>({want, ksteps, kMaxSplits})));
   pl.h_bytes = m * inter * 2;
   pl.partial_bytes = static_cast<int64_t>(pl.splits) * m * hidden * 4;
   pl.why = "";
@@ -273,15 +277,18 @@ MlpDecodePlan make_plan(int64_t m, int64_t hidden, int64_t inter, int dtype, int
 
 }  // namespace
 
-MlpDecodePlan gated_mlp_decode_plan(int64_t m, int64_t hidden, int64_t inter, int dtype, int row, int device) {
-  static kp::PlanCache<MlpDecodePlan, 6> cache;
-  return cache.get({m, hidden, inter, dtype, row, device}, [&] { return make_plan(m, hidden, inter, dtype, row, device); });
+MlpDecodePlan gated_mlp_decode_plan(int64_t m, int64_t hidden, int64_t inter, int dtype, int row, int splits,
+                                    int device) {
+  static kp::PlanCache<MlpDecodePlan, 7> cache;
+  return cache.get({m, hidden, inter, dtype, row, splits, device},
+                   [&] { return make_plan(m, hidden, inter, dtype, row, splits, device); });
 }
 
-void gated_mlp_decode(const MlpDecodeArgs& a, int row, int device, cudaStream_t stream) {
+void gated_mlp_decode(const MlpDecodeArgs& a, int row, int splits, int device, cudaStream_t stream) {
+  KP_CHECK_ARG(splits >= 0, "gated_mlp_decode: splits must be >= 0 (0: the plan's rule)");
   KP_CHECK_ARG(a.act == static_cast<int>(kp::gemm::Act::kSilu) || a.act == static_cast<int>(kp::gemm::Act::kGeluTanh),
                "gated_mlp_decode: the gated activation is silu or gelu_tanh (kp::gemm::Act 4 or 3)");
-  const MlpDecodePlan pl = gated_mlp_decode_plan(a.m, a.hidden, a.inter, a.dtype, row, device);
+  const MlpDecodePlan pl = gated_mlp_decode_plan(a.m, a.hidden, a.inter, a.dtype, row, splits, device);
   KP_CHECK_ARG(pl.row >= 0, std::string("gated_mlp_decode: ") + pl.why);
   KP_CHECK_ARG(a.m <= 8 * DecodeTable::rows[pl.row].tokens, "gated_mlp_decode: more tokens than the row's tile");
   KP_CHECK_ARG(a.x && a.w_gate_up && a.w_down && a.y && a.h && a.partials && a.counter,

@@ -37,9 +37,11 @@ struct MlpDecodePlan {
 };
 
 // The plan of M tokens at hidden H and intermediate I on `device` (cached); `row` >= 0 forces that
-// tma row of the decode table (tests: any size), -1 takes the gated projection's plan.
-MlpDecodePlan gated_mlp_decode_plan(int64_t m, int64_t hidden, int64_t inter, int dtype, int row, int device);
+// tma row of the decode table (tests: any size), -1 takes the gated projection's plan; `splits` > 0
+// forces the down projection's K splits (clamped to its k-steps and 64), 0 takes the rule.
+MlpDecodePlan gated_mlp_decode_plan(int64_t m, int64_t hidden, int64_t inter, int dtype, int row, int splits,
+                                    int device);
 // Checks the arguments (ValueError), plans and launches on `stream`.
-void gated_mlp_decode(const MlpDecodeArgs& a, int row, int device, cudaStream_t stream);
+void gated_mlp_decode(const MlpDecodeArgs& a, int row, int splits, int device, cudaStream_t stream);
 
 }  // namespace kp_fused_mlp

@@ -183,3 +183,23 @@ def test_refusals_are_clear(seed):
     x, w_gu, b_gu, w_d, b_d = args
     with pytest.raises(ValueError, match="hidden and intermediate must be multiples of 8"):
         _cuda.gated_mlp_decode(x[:, :1028], w_gu[:, :1028], None, w_d[:1028], None, "silu", decode_row="decode_tma_m16")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("splits", [1, 3, 7, 1000])
+def test_forced_down_splits(splits, seed):
+    """The down projection's K splits forced (sweeps): one (no sum), odd counts that do not divide
+    the k-steps, more than the k-steps (clamped to them and to 64); more (block, split) items than
+    CTAs where the blocks are many (hidden 40968: 321 blocks)."""
+    _sm90()
+    for m, hidden, inter in ((16, 1032, 2056), (3, 136, 200), (5, 40968, 264)):
+        plan = _cuda.gated_mlp_decode_plan(m, hidden, inter, decode_row="decode_tma_m8" if m <= 8 else "decode_tma_m16",
+                                           decode_splits=splits)  # fmt: skip
+        assert plan["splits"] == min(splits, -(-inter // 128), 64), plan
+        args = _inputs(m, hidden, inter, torch.float16, seed + splits, True)
+        want, torch_y = _oracle(*args, "gelu_tanh")
+        _poison(m, hidden, inter, plan)
+        y = _cuda.gated_mlp_decode(*args, "gelu_tanh", decode_row=plan["row"], decode_splits=splits)
+        kt.assert_matches_oracle(y, want, torch_out=torch_y, name=f"splits={splits} m={m} {hidden}/{inter} {plan}")
+    with pytest.raises(ValueError, match="decode_splits must be a positive int"):
+        _cuda.gated_mlp_decode_plan(16, 1032, 2056, decode_splits=0)

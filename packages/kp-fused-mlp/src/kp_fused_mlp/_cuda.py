@@ -549,15 +549,21 @@ def _barrier_counter(device: torch.device) -> torch.Tensor:
 
 
 def gated_mlp_decode_plan(m: int, hidden: int, inter: int, dtype=torch.bfloat16, device=None,
-                          decode_row: Optional[str] = None) -> dict:  # fmt: skip
+                          decode_row: Optional[str] = None, decode_splits: Optional[int] = None) -> dict:  # fmt: skip
     """The fused GatedMLP decode kernel's plan of M tokens: row (the decode table's tma row, "" where
     the kernel does not serve the call, `why` then says why), grid (CTAs), blocks and splits (the down
     projection's 128-row blocks and K splits), h_bytes and partial_bytes (its workspaces).
-    `decode_row`: a tma row of decode_configs(), forced at any size its tokens cover (tests)."""
+    `decode_row`: a tma row of decode_configs(), forced at any size its tokens cover; `decode_splits`:
+    the down projection's K splits, forced (clamped to its 128-column k-steps and 64): for tests
+    and sweeps."""
     index = torch.device("cuda" if device is None else device).index
     index = torch.cuda.current_device() if index is None else index
     row = _decode_row_index(decode_row)
-    return dict(NATIVE.module.gated_mlp_decode_plan(int(m), int(hidden), int(inter), dtypes.code(dtype), index, row))
+    if decode_splits is not None and (not isinstance(decode_splits, int) or isinstance(decode_splits, bool)
+                                      or decode_splits < 1):  # fmt: skip
+        raise ValueError(f"decode_splits must be a positive int or None, got {decode_splits!r}")
+    return dict(NATIVE.module.gated_mlp_decode_plan(int(m), int(hidden), int(inter), dtypes.code(dtype), index, row,
+                                                    decode_splits or 0))  # fmt: skip
 
 
 def gated_mlp_decode_problem(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> Optional[str]:
@@ -573,13 +579,14 @@ def gated_mlp_decode_problem(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: t
 
 
 def gated_mlp_decode(x: torch.Tensor, w_gate_up: torch.Tensor, b_gate_up, w_down: torch.Tensor, b_down,
-                     activation: str, decode_row: Optional[str] = None) -> torch.Tensor:  # fmt: skip
+                     activation: str, decode_row: Optional[str] = None,
+                     decode_splits: Optional[int] = None) -> torch.Tensor:  # fmt: skip
     """down(act(x Wg^T + bg) * (x Wu^T + bu)) for x [M, H] (M a few tokens; gated_mlp_decode_problem
     says which), w_gate_up [2I, H], b_gate_up [2I] or None, w_down [H, I], b_down [H] or None, one
     16-bit dtype. h is rounded to the dtype before the down projection, as the two-kernel path
-    does. Returns y [M, H] contiguous. `decode_row` as for gated_mlp_decode_plan."""
+    does. Returns y [M, H] contiguous. `decode_row`, `decode_splits` as for gated_mlp_decode_plan."""
     (m, hidden), inter = x.shape, w_down.shape[1]
-    plan = gated_mlp_decode_plan(m, hidden, inter, x.dtype, x.device, decode_row)
+    plan = gated_mlp_decode_plan(m, hidden, inter, x.dtype, x.device, decode_row, decode_splits)
     if not plan["row"]:
         raise ValueError(f"kp_fused_mlp: the fused decode kernel does not take this call: {plan['why']}")
     x, w_gate_up, w_down = _tma_ready(x), _tma_ready(w_gate_up), _tma_ready(w_down)
@@ -594,6 +601,6 @@ def gated_mlp_decode(x: torch.Tensor, w_gate_up: torch.Tensor, b_gate_up, w_down
         x.data_ptr(), _ld(x), w_gate_up.data_ptr(), _ld(w_gate_up), 0 if b_gate_up is None else b_gate_up.data_ptr(),
         w_down.data_ptr(), _ld(w_down), 0 if b_down is None else b_down.data_ptr(), y.data_ptr(), h.data_ptr(),
         partials.data_ptr(), counter.data_ptr(), m, hidden, inter, dtypes.code(x.dtype), ACT_CODES[activation], index,
-        current_stream(index), _decode_row_index(decode_row),
+        current_stream(index), _decode_row_index(decode_row), decode_splits or 0,
     )  # fmt: skip
     return y
