@@ -50,11 +50,16 @@ enum class TrainJob : int { kSave = 0, kDgrad = 1, kWgrad = 2 };
 // The rows are picked for the sustained regime a training step runs in; single cool calls pay
 // 4-9% for it (a guess, not measured: the pingpong row keeps its tensor cores less busy a clock,
 // draws less power and so holds a higher clock under the limit).
+// dX has no cut since session 32: the whole training step of the down projection (14336 -> 4096,
+// 8192 tokens) in the bench harness, three runs (H200, 2026-11-29, fused-mlp-2026-11-29-s32-*/
+// down-step-ab*.md), dX on coop_256x192 against pingpong: sustained 4517 / 4518 / 4496 us against
+// 4625 / 4620 / 4610 (2.5% faster), flushed 4108 / 4380 / 4078 against 4325 / 4271 / 4373. The
+// kernel alone in windows had said the opposite (+3%, the table above); the step is what users run.
 struct PingpongCut {
   int64_t max_k, max_n;
 };
 constexpr PingpongCut kSavePingpong{4096, 4096};
-constexpr PingpongCut kDgradPingpong{4096, 0};
+constexpr PingpongCut kDgradPingpong{0, 0};
 
 inline bool pingpong_cut(const PingpongCut& c, int64_t n, int64_t k) {
   return (c.max_k && k > 0 && k <= c.max_k) || (c.max_n && n > 0 && n <= c.max_n);

@@ -354,7 +354,7 @@ def test_gradients_match_oracle(level, shape, dtype, act, with_bias, seed):
 
 # Past 4096 tokens the training rows depend on N and K (csrc/gemm_bwd_table.h's pingpong cuts): one
 # shape on which every job takes the pingpong row, one on which none does.
-ROWS_PAST_4096 = {(4104, 264, 136): ("pingpong_128x128_c2x1",) * 3,
+ROWS_PAST_4096 = {(4104, 264, 136): ("pingpong_128x128_c2x1", "coop_128x256_c2x1", "pingpong_128x128_c2x1"),
                   (4104, 4112, 4104): ("coop_128x256_c2x1",) * 3}  # fmt: skip
 
 
@@ -567,10 +567,10 @@ def test_training_table():
     # dW: coop 128 x 256 from 4096 out_features whatever the width or depth, the pingpong row below
     assert _cuda.gemm_bwd_plan(4096, 14336, job="dw") == names[4] == _cuda.gemm_bwd_plan(14336, 4096, 8192, "dw")
     assert _cuda.gemm_bwd_plan(4095, 14336, job="dw") == names[2]
-    # the pingpong cuts past M = 4096: the saving forward at K <= 4096 or N <= 4096, dX at K <= 4096
+    # the pingpong cut past M = 4096: the saving forward at K <= 4096 or N <= 4096; none for dX
     assert _cuda.gemm_bwd_plan(8192, 14336, 4096) == names[2] == _cuda.gemm_bwd_plan(8192, 4096, 14336)
     assert _cuda.gemm_bwd_plan(8192, 28672, 8192) == names[3] and _cuda.gemm_bwd_plan(8192, 8192, 28672) == names[4]
-    assert _cuda.gemm_bwd_plan(8192, 14336, 4096, "dx") == names[2]
+    assert _cuda.gemm_bwd_plan(8192, 14336, 4096, "dx") == names[3]
     assert _cuda.gemm_bwd_plan(8192, 4096, 14336, "dx") == names[4] == _cuda.gemm_bwd_plan(8192, 4096, 28672, "dx")
     with pytest.raises(ValueError, match="job must be one of save, dx, dw"):
         _cuda.gemm_bwd_plan(8192, 4096, 4096, "dgrad")
