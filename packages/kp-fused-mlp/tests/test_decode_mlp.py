@@ -14,7 +14,7 @@ import kp_fused_mlp
 from kp_fused_mlp import _cuda, reference
 
 NATIVE = load_native("kp_fused_mlp")
-TMA_ROWS = ["decode_tma_m8", "decode_tma_m16"]
+TMA_ROWS = ["decode_tma_m8", "decode_tma_m16", "decode_tma_m32"]
 DTYPES = [torch.bfloat16, torch.float16]
 
 
@@ -63,7 +63,7 @@ def test_forced_rows_match_oracle(row, hidden, inter, seed):
     more gated tiles than a pass (20008: 2501 tiles); the row's token counts with tails; both
     activations, with and without biases, both dtypes."""
     _sm90()
-    tokens = [1, 3, 8] if row.endswith("m8") else [9, 16]
+    tokens = {"decode_tma_m8": [1, 3, 8], "decode_tma_m16": [9, 16], "decode_tma_m32": [17, 32]}[row]
     for i, m in enumerate(tokens):
         dtype = DTYPES[i % 2]
         plan = _cuda.gated_mlp_decode_plan(m, hidden, inter, dtype, decode_row=row)
@@ -82,21 +82,21 @@ def test_forced_rows_match_oracle(row, hidden, inter, seed):
 @pytest.mark.gpu
 @pytest.mark.parametrize("hidden, inter", [(4096, 14336), (8192, 28672), (256, 9216)], ids=str)
 def test_llama_sizes_by_the_plan(hidden, inter, seed):
-    """The plan serves Llama-3-8B's and the larger shape at 3-16 tokens (the gated projection's tma
-    rows) and not at 1-2 (its fma rows); the fused output against the float64 MLP and within the
+    """The plan serves Llama-3-8B's and the larger shape at 3-32 tokens (the gated projection's tma
+    rows) and not at 1-2 (its fma rows) or 33; the fused output against the float64 MLP and within the
     bound of the two-kernel path."""
     _sm90()
     for m in (1, 2):
         assert _cuda.gated_mlp_decode_plan(m, hidden, inter)["row"] == "", m
-    for m in (3, 8, 16):
+    for m in (3, 8, 16, 32):
         plan = _cuda.gated_mlp_decode_plan(m, hidden, inter)
-        assert plan["row"] == ("decode_tma_m8" if m <= 8 else "decode_tma_m16"), (m, plan)
+        assert plan["row"] == ("decode_tma_m8" if m <= 8 else "decode_tma_m16" if m <= 16 else "decode_tma_m32"), (m, plan)
         assert plan["blocks"] == -(-hidden // 128) and 1 <= plan["splits"] <= 64, plan
         args = _inputs(m, hidden, inter, torch.bfloat16, seed + m, True)
         want, torch_y = _oracle(*args, "silu")
         _poison(m, hidden, inter, plan)
         kt.assert_matches_oracle(_run(*args, "silu"), want, torch_out=torch_y, name=f"m={m} {hidden}/{inter} {plan}")
-    assert _cuda.gated_mlp_decode_plan(17, hidden, inter)["row"] == ""
+    assert _cuda.gated_mlp_decode_plan(33, hidden, inter)["row"] == ""
 
 
 @pytest.mark.gpu

@@ -38,7 +38,7 @@ class GatedMLP(nn.Module):
     """
 
     fused_decode = True
-    """Inference calls at the decode table's tma sizes (sm90; 3-16 tokens where the gated projection
+    """Inference calls at the decode table's tma sizes (sm90; 3-32 tokens where the gated projection
     takes a tma row) run both projections in one kernel (csrc/decode_mlp.cu); False keeps the two
     kernels (for A/B benchmarks)."""
 
