@@ -170,6 +170,27 @@ def test_gated_mlp_takes_it_for_inference_only(seed, monkeypatch):
     assert calls == [16] and mlp.gate_up_weight.grad is not None
 
 
+def test_operands_must_chain():
+    """The fused kernel reads every size from its operands: shapes that do not chain, biases of the
+    wrong length, dtype or device are refused before any launch (CPU tensors: the check alone)."""
+    x, w_gu, w_d = torch.empty(4, 64), torch.empty(48, 64), torch.empty(64, 24)
+    b_gu, b_d = torch.empty(48), torch.empty(64)
+    assert _cuda.gated_mlp_operands_problem(x, w_gu, b_gu, w_d, b_d) is None
+    assert _cuda.gated_mlp_operands_problem(x, w_gu, None, w_d, None) is None
+    bad = [
+        ((torch.empty(4, 56), w_gu, None, w_d, None), "shapes do not chain"),
+        ((x, torch.empty(47, 64), None, w_d, None), "shapes do not chain"),
+        ((x, w_gu, None, torch.empty(72, 24), None), "shapes do not chain"),
+        ((x, w_gu, None, torch.empty(64, 23), None), "shapes do not chain"),
+        ((x, w_gu, torch.empty(24), w_d, None), "b_gate_up must be"),
+        ((x, w_gu, None, w_d, torch.empty(64, dtype=torch.float16)), "b_down must be"),
+        ((x, w_gu.half(), None, w_d, None), "share a dtype"),
+        ((torch.empty(2, 4, 64), w_gu, None, w_d, None), "must be 2-D"),
+    ]
+    for args, what in bad:
+        assert what in (_cuda.gated_mlp_operands_problem(*args) or ""), (what, [tuple(a.shape) for a in args if a is not None])
+
+
 @pytest.mark.gpu
 def test_refusals_are_clear(seed):
     _sm90()
@@ -181,6 +202,8 @@ def test_refusals_are_clear(seed):
     with pytest.raises(ValueError, match="more tokens than the forced row's tile"):
         _run(*args, "silu", "decode_tma_m8")
     x, w_gu, b_gu, w_d, b_d = args
+    with pytest.raises(ValueError, match="shapes do not chain"):
+        _cuda.gated_mlp_decode(x[:, :1024], w_gu, None, w_d, None, "silu")  # before any launch
     with pytest.raises(ValueError, match="hidden and intermediate must be multiples of 8"):
         _cuda.gated_mlp_decode(x[:, :1028], w_gu[:, :1028], None, w_d[:1028], None, "silu", decode_row="decode_tma_m16")
 

@@ -566,14 +566,35 @@ def gated_mlp_decode_plan(m: int, hidden: int, inter: int, dtype=torch.bfloat16,
                                                     decode_splits or 0))  # fmt: skip
 
 
-def gated_mlp_decode_problem(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> Optional[str]:
+def gated_mlp_operands_problem(x: torch.Tensor, w_gate_up: torch.Tensor, b_gate_up, w_down: torch.Tensor,
+                               b_down) -> Optional[str]:  # fmt: skip
+    """Why x [M, H], w_gate_up [2I, H], b_gate_up [2I] or None, w_down [H, I], b_down [H] or None are
+    not one MLP's operands on one device in one dtype (None: they are). The fused kernel reads every
+    size from them, so a mismatch would read out of bounds."""
+    if x.dim() != 2 or w_gate_up.dim() != 2 or w_down.dim() != 2:
+        return "x, w_gate_up and w_down must be 2-D"
+    (m, hidden), (two_i, k) = x.shape, w_gate_up.shape
+    if two_i % 2 or k != hidden or tuple(w_down.shape) != (hidden, two_i // 2):
+        return (f"shapes do not chain: x {tuple(x.shape)}, w_gate_up {tuple(w_gate_up.shape)} (want [2I, {hidden}]), "
+                f"w_down {tuple(w_down.shape)} (want [{hidden}, {two_i // 2}])")  # fmt: skip
+    for name, b, n in (("b_gate_up", b_gate_up, two_i), ("b_down", b_down, hidden)):
+        if b is not None and (b.dim() != 1 or b.shape[0] != n or b.dtype != x.dtype or b.device != x.device):
+            return f"{name} must be [{n}] of x's dtype and device"
+    if not (x.dtype == w_gate_up.dtype == w_down.dtype) or not (x.device == w_gate_up.device == w_down.device):
+        return "x and the weights must share a dtype and a device"
+    return None
+
+
+def gated_mlp_decode_problem(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, b_gate_up=None,
+                             b_down=None) -> Optional[str]:  # fmt: skip
     """Why the fused decode kernel does not take GatedMLP's call on x [M, H] (None: it does)."""
     if not NATIVE.loaded:
         return "kp_fused_mlp was built without its CUDA level"
     if x.device.type != "cuda" or x.dtype not in (torch.float16, torch.bfloat16):
         return "the fused decode kernel takes float16/bfloat16 CUDA tensors"
-    if not (x.dtype == w_gate_up.dtype == w_down.dtype):
-        return "x and the weights must share a dtype"
+    why = gated_mlp_operands_problem(x, w_gate_up, b_gate_up, w_down, b_down)
+    if why:
+        return why
     (m, hidden), inter = x.shape, w_down.shape[1]
     return gated_mlp_decode_plan(m, hidden, inter, x.dtype, x.device)["why"] or None
 
@@ -585,6 +606,9 @@ def gated_mlp_decode(x: torch.Tensor, w_gate_up: torch.Tensor, b_gate_up, w_down
     says which), w_gate_up [2I, H], b_gate_up [2I] or None, w_down [H, I], b_down [H] or None, one
     16-bit dtype. h is rounded to the dtype before the down projection, as the two-kernel path
     does. Returns y [M, H] contiguous. `decode_row`, `decode_splits` as for gated_mlp_decode_plan."""
+    why = gated_mlp_operands_problem(x, w_gate_up, b_gate_up, w_down, b_down)
+    if why:
+        raise ValueError(f"kp_fused_mlp.gated_mlp_decode: {why}")
     (m, hidden), inter = x.shape, w_down.shape[1]
     plan = gated_mlp_decode_plan(m, hidden, inter, x.dtype, x.device, decode_row, decode_splits)
     if not plan["row"]:

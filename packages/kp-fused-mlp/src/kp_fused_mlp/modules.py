@@ -94,13 +94,15 @@ class GatedMLP(nn.Module):
     def _fused_decode(self, x, w, b, down):
         """The fused decode kernel's y (csrc/decode_mlp.cu: both projections in one launch), or None
         where it does not take the call (not sm90, too many or too few tokens, a down projection
-        that is not a plain nn.Linear of x's dtype or that needs a gradient)."""
-        if not _plain_linear(down) or down.weight.dtype != x.dtype or x.dim() == 0:
+        that is not a plain nn.Linear of x's dtype or that needs a gradient, operands that do not
+        chain: the two-kernel path then says what is wrong; under torch.jit tracing, which records
+        only torch's ops)."""
+        if not _plain_linear(down) or down.weight.dtype != x.dtype or x.dim() == 0 or torch.jit.is_tracing():
             return None
         if torch.is_grad_enabled() and (down.weight.requires_grad or (down.bias is not None and down.bias.requires_grad)):
             return None
         rows = x.reshape(-1, x.shape[-1])
-        if rows.shape[0] == 0 or _cuda_level().gated_mlp_decode_problem(rows, w, down.weight):
+        if rows.shape[0] == 0 or _cuda_level().gated_mlp_decode_problem(rows, w, down.weight, b, down.bias):
             return None
         y = _cuda_level().gated_mlp_decode(rows, w, b, down.weight, down.bias, self.activation)
         return y.view(*x.shape[:-1], down.out_features)
