@@ -86,7 +86,8 @@ __device__ __forceinline__ void grid_barrier(unsigned long long* counter, bool l
   const unsigned long long t = atomicAdd(counter, add);
   const unsigned long long base = t / kQuantum * kQuantum;
   const unsigned long long target = last ? base + kQuantum : base + grid;
-  while (load_acquire(counter) < target) {
+  // Wrap-safe (the counter wraps after 2^40 calls on a stream): the signed distance to the target.
+  while (static_cast<long long>(load_acquire(counter) - target) < 0) {
   }
   __threadfence();
 }
@@ -174,6 +175,9 @@ __global__ void __launch_bounds__(kThreads, CT) gated_mlp_decode_kernel(const __
         for (int i = 0; i < 2; ++i)
           store_acc<T, true>(up, t0, nt, 0, threadIdx.x, r, mt, i, [&](int ii) { return acc[r][mt][ii]; });
   }
+  // Each writer orders its h stores before other CTAs' TMA reads of them (the async proxy), as a
+  // TMA store after smem writes does; the producer's reader-side fence stays too.
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
   named_arrive(kHStoredBar);
 
   const int64_t m = dn.m, hidden = dn.n_out, outputs = m * hidden;

@@ -226,3 +226,19 @@ def test_forced_down_splits(splits, seed):
         kt.assert_matches_oracle(y, want, torch_out=torch_y, name=f"splits={splits} m={m} {hidden}/{inter} {plan}")
     with pytest.raises(ValueError, match="decode_splits must be a positive int"):
         _cuda.gated_mlp_decode_plan(16, 1032, 2056, decode_splits=0)
+
+
+@pytest.mark.gpu
+def test_barrier_counter_wraps(seed):
+    """The grid barrier's counter advances 2^24 a call and wraps after 2^40 calls: started two calls
+    before the wrap, every call across it is still bit-identical to the first (the barrier compares
+    the signed distance to its target)."""
+    _sm90()
+    args = _inputs(16, 1032, 2056, torch.bfloat16, seed, True)
+    first = _run(*args, "silu", "decode_tma_m16")
+    counter = _cuda._barrier_counter(args[0].device)
+    counter.fill_(-2 * (1 << 24))  # 2^64 - 2 x 2^24 as an unsigned 64-bit count
+    for i in range(4):
+        assert torch.equal(_run(*args, "silu", "decode_tma_m16"), first), f"call {i} across the wrap differs"
+    torch.cuda.synchronize()
+    assert counter.item() == 2 * (1 << 24), counter.item()
