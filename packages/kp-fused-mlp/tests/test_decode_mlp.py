@@ -11,7 +11,7 @@ from kp_core import load_native
 from kp_core import testing as kt
 
 import kp_fused_mlp
-from kp_fused_mlp import _cuda, reference
+from kp_fused_mlp import _cuda, modules, reference
 
 NATIVE = load_native("kp_fused_mlp")
 TMA_ROWS = ["decode_tma_m8", "decode_tma_m16", "decode_tma_m32"]
@@ -242,3 +242,23 @@ def test_barrier_counter_wraps(seed):
         assert torch.equal(_run(*args, "silu", "decode_tma_m16"), first), f"call {i} across the wrap differs"
     torch.cuda.synchronize()
     assert counter.item() == 2 * (1 << 24), counter.item()
+
+
+@pytest.mark.gpu
+def test_compiled_gated_mlp_runs_it(seed, monkeypatch):
+    """torch.compile(GatedMLP, fullgraph=True) at 16 tokens (inference) runs the fused kernel through
+    its registered op, no graph break; opcheck of the op; against the float64 MLP."""
+    _sm90()
+    mlp = kp_fused_mlp.GatedMLP(4096, 14336, "silu", bias=True, device="cuda", dtype=torch.bfloat16)
+    args = _inputs(16, 4096, 14336, torch.bfloat16, seed, True)
+    kt.opcheck(modules.GATED_MLP_DECODE, (*args, "silu"))
+    calls = []
+    real = _cuda.gated_mlp_decode
+    monkeypatch.setattr(_cuda, "gated_mlp_decode", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
+    x = kt.randn((16, 4096), dtype=torch.bfloat16, device="cuda", seed=seed)
+    compiled = torch.compile(mlp, fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        y = compiled(x)
+    assert calls and set(calls) == {16}, calls
+    want = _oracle(x, mlp.gate_up_weight, mlp.gate_up_bias, mlp.down_proj.weight, mlp.down_proj.bias, "silu")[0]
+    kt.assert_matches_oracle(y, want, name="compiled")
