@@ -464,9 +464,9 @@ constexpr auto main_kernel() {
 // chosen (the tma rows: decode_tma.cu).
 template <typename F>
 void with_main_kernel(int dtype, int row, bool gated, F&& f) {
-  static_assert(DecodeTable::size == 7, "a new decode row needs a case here");
-  static_assert(DecodeTable::rows[2].kind == DecodeKind::kTma && DecodeTable::rows[3].kind == DecodeKind::kTma,
-                "rows 2 and 3 are the tma rows (decode_tma.cu)");
+  static_assert(DecodeTable::size == 8, "a new decode row needs a case here");
+  static_assert(DecodeTable::rows[5].kind == DecodeKind::kMma && DecodeTable::rows[7].kind == DecodeKind::kMma,
+                "rows 2-4 are the tma rows (decode_tma.cu), 5-7 the mma rows");
   auto pick = [&](auto t) {
     using T = decltype(t);
     auto by_row = [&](auto gt) {
@@ -474,9 +474,9 @@ void with_main_kernel(int dtype, int row, bool gated, F&& f) {
       switch (row) {
         case 0: return f(main_kernel<T, 0, G>());
         case 1: return f(main_kernel<T, 1, G>());
-        case 4: return f(main_kernel<T, 4, G>());
         case 5: return f(main_kernel<T, 5, G>());
         case 6: return f(main_kernel<T, 6, G>());
+        case 7: return f(main_kernel<T, 7, G>());
         default: kp::throw_arg(std::string("decode: ") + DecodeTable::rows[row].name + " is a tma row");
       }
     };

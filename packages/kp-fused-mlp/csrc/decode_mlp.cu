@@ -86,7 +86,8 @@ __device__ __forceinline__ void grid_barrier(unsigned long long* counter, bool l
   const unsigned long long t = atomicAdd(counter, add);
   const unsigned long long base = t / kQuantum * kQuantum;
   const unsigned long long target = last ? base + kQuantum : base + grid;
-  while (load_acquire(counter) < target) {
+  // Wrap-safe (the counter wraps after 2^40 calls on a stream): the signed distance to the target.
+  while (static_cast<long long>(load_acquire(counter) - target) < 0) {
   }
   __threadfence();
 }
@@ -174,6 +175,9 @@ __global__ void __launch_bounds__(kThreads, CT) gated_mlp_decode_kernel(const __
         for (int i = 0; i < 2; ++i)
           store_acc<T, true>(up, t0, nt, 0, threadIdx.x, r, mt, i, [&](int ii) { return acc[r][mt][ii]; });
   }
+  // Each writer orders its h stores before other CTAs' TMA reads of them (the async proxy), as a
+  // TMA store after smem writes does; the producer's reader-side fence stays too.
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
   named_arrive(kHStoredBar);
 
   const int64_t m = dn.m, hidden = dn.n_out, outputs = m * hidden;
@@ -212,22 +216,17 @@ __global__ void __launch_bounds__(kThreads, CT) gated_mlp_decode_kernel(const __
 
 // ---- host ------------------------------------------------------------------------------------------
 
-// f(kernel, smem bytes) for the (dtype, tma row): 2 rows x 2 dtypes = 4 kernels.
+// f(kernel, smem bytes) for the (dtype, tma row): 3 rows x 2 dtypes = 6 kernels.
 template <typename F>
 void with_mlp_kernel(int dtype, int row, F&& f) {
-  constexpr int kM8 = 2, kM16 = 3;  // decode_table.h's tma rows
-  static_assert(DecodeTable::rows[kM8].kind == DecodeKind::kTma && DecodeTable::rows[kM16].kind == DecodeKind::kTma,
-                "decode_table.h's tma rows moved: update with_mlp_kernel");
-  KP_CHECK_ARG(row == kM8 || row == kM16, std::string("gated_mlp_decode: ") + DecodeTable::rows[row].name + " is not a tma row");
+  KP_CHECK_ARG(is_tma_row(row), std::string("gated_mlp_decode: ") + DecodeTable::rows[row].name + " is not a tma row");
   auto pick = [&](auto t) {
     using T = decltype(t);
-    using R8 = DecodeRowT<kM8>;
-    using R16 = DecodeRowT<kM16>;
-    if (row == kM8)
-      return f(gated_mlp_decode_kernel<T, R8::tokens, R8::stage_k, R8::stages, R8::ctas>,
-               smem_of(R8::tokens, R8::stage_k, R8::stages));
-    return f(gated_mlp_decode_kernel<T, R16::tokens, R16::stage_k, R16::stages, R16::ctas>,
-             smem_of(R16::tokens, R16::stage_k, R16::stages));
+    return with_tma_row(row, [&](auto r) {
+      using R = DecodeRowT<decltype(r)::value>;
+      return f(gated_mlp_decode_kernel<T, R::tokens, R::stage_k, R::stages, R::ctas>,
+               smem_of(R::tokens, R::stage_k, R::stages));
+    });
   };
   if (dtype == kp::kBF16) return pick(__nv_bfloat16{});
   return pick(__half{});

@@ -64,7 +64,11 @@
 //             splits, 0.48 of a wave, as at 8 or 12); 100 for the fma rows.
 //   min_split_steps  steps a split keeps at least (its ring must fill: >= 2 x stages; an x chunk).
 //   stage_k   tma: columns a ring stage (boxes of 64); stages x (stage_k / 64) x (16 + tokens) KB of
-//             shared memory a CTA (m8 / m16 at 128 x 3: 102 / 108 KB, 2 CTAs an SM).
+//             shared memory a CTA (m8 / m16 at 128 x 3: 102 / 108 KB, 2 CTAs an SM; m32 at 128 x 2:
+//             81 KB, 2 stages so that 2 CTAs still fit an SM). The m32 row serves 17-32 tokens only
+//             where the tma rows fit (the fused GatedMLP kernel; gated_linear alone keeps its GEMM
+//             past 16 tokens). H200, 2026-11-29, Llama-3-8B's MLP at 24 / 32 tokens: 101 / 104 us, 81 /
+//             80% of copy (two kernels with the mma rows 72 / 68%, torch.compile 80 / 79%).
 //   min_cta_tiles  tma: the 16-row tiles a CTA must get for the row to be the default: a ring of 3
 //             stages holds 12 KB a tile, and an SM needs ~30-40 KB in flight (Little's law above)
 //             from its 2 CTAs: 14336 -> 4096 at one tile a CTA streams at 40-55%, 4096 -> 14336 at
@@ -81,6 +85,7 @@
 // overrides S for sweeps, `decode_row` the row.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 namespace kp_fused_mlp {
 
@@ -112,6 +117,7 @@ struct DecodeTable {
       {"decode_fma_m2",   K::kFma,     2,      2,      4,    4,       1,       0,    4,          100,               8,     4,       0,             0,     80},
       {"decode_tma_m8",   K::kTma,     8,      1,      3,   32,       0,       0,    2,            0,               0,     0,     128,             4,     90},
       {"decode_tma_m16",  K::kTma,    16,      2,      3,   32,       0,       0,    2,            0,               0,     0,     128,             4,     90},
+      {"decode_tma_m32",  K::kTma,    32,      4,      2,   32,       0,       0,    2,            0,               0,     0,     128,             4,     90},
       {"decode_m8",       K::kMma,     8,      1,      3,   32,       2,     512,    3,           45,               8,     4,       0,             0,     80},
       {"decode_m16",      K::kMma,    16,      2,      3,   32,       2,     512,    3,           45,               8,     4,       0,             0,     80},
       {"decode_m32",      K::kMma,    32,      4,      3,   32,       1,     256,    2,           45,              10,     4,       0,             0,     80},
@@ -152,6 +158,21 @@ struct DecodeCutTable {
   };
   static constexpr int gated_max_m = 16;  // gated_linear: the decode kernels up to this many tokens
 };
+
+// The tma rows (decode_tma.cu and decode_mlp.cu instantiate a kernel for each): f(row) with the
+// row as a compile-time constant, for a runtime row that must be one of them.
+constexpr int kTmaRows[] = {2, 3, 4};
+template <typename F>
+decltype(auto) with_tma_row(int row, F&& f) {
+  static_assert(DecodeTable::rows[kTmaRows[0]].kind == DecodeKind::kTma &&
+                    DecodeTable::rows[kTmaRows[1]].kind == DecodeKind::kTma &&
+                    DecodeTable::rows[kTmaRows[2]].kind == DecodeKind::kTma,
+                "decode_table.h's tma rows moved: update kTmaRows");
+  if (row == kTmaRows[0]) return f(std::integral_constant<int, kTmaRows[0]>{});
+  if (row == kTmaRows[1]) return f(std::integral_constant<int, kTmaRows[1]>{});
+  return f(std::integral_constant<int, kTmaRows[2]>{});
+}
+inline bool is_tma_row(int row) { return row == kTmaRows[0] || row == kTmaRows[1] || row == kTmaRows[2]; }
 
 template <int Row>
 struct DecodeRowT {

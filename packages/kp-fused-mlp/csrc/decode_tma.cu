@@ -170,25 +170,19 @@ constexpr auto tma_kernel() {
   return decode_tma_kernel<T, R::tokens, R::stage_k, R::stages, R::ctas, GATED>;
 }
 
-// f(kernel, smem bytes) for the (dtype, tma row, gated) instantiation: 2 rows x 2 dtypes x {linear,
-// gated} = 8 kernels.
+// f(kernel, smem bytes) for the (dtype, tma row, gated) instantiation: 3 rows x 2 dtypes x {linear,
+// gated} = 12 kernels.
 template <typename F>
 void with_tma_kernel(int dtype, int row, bool gated, F&& f) {
-  constexpr int kM8 = 2, kM16 = 3;  // decode_table.h's tma rows
-  static_assert(DecodeTable::rows[kM8].kind == DecodeKind::kTma && DecodeTable::rows[kM16].kind == DecodeKind::kTma,
-                "decode_table.h's tma rows moved: update with_tma_kernel");
-  KP_CHECK_ARG(row == kM8 || row == kM16, std::string("decode: ") + DecodeTable::rows[row].name + " is not a tma row");
+  KP_CHECK_ARG(is_tma_row(row), std::string("decode: ") + DecodeTable::rows[row].name + " is not a tma row");
   auto pick = [&](auto t) {
     using T = decltype(t);
-    auto by_row = [&](auto gt) {
-      constexpr bool G = decltype(gt)::value;
-      using R8 = DecodeRowT<kM8>;
-      using R16 = DecodeRowT<kM16>;
-      if (row == kM8) return f(tma_kernel<T, kM8, G>(), smem_of(R8::tokens, R8::stage_k, R8::stages));
-      return f(tma_kernel<T, kM16, G>(), smem_of(R16::tokens, R16::stage_k, R16::stages));
-    };
-    if (gated) return by_row(std::true_type{});
-    return by_row(std::false_type{});
+    return with_tma_row(row, [&](auto r) {
+      using R = DecodeRowT<decltype(r)::value>;
+      const size_t smem = smem_of(R::tokens, R::stage_k, R::stages);
+      if (gated) return f(tma_kernel<T, decltype(r)::value, true>(), smem);
+      return f(tma_kernel<T, decltype(r)::value, false>(), smem);
+    });
   };
   if (dtype == kp::kBF16) return pick(__nv_bfloat16{});
   return pick(__half{});

@@ -19,8 +19,9 @@ NATIVE = load_native("kp_fused_mlp")
 needs_native = pytest.mark.skipif(not NATIVE.loaded, reason="built without its CUDA level")
 
 TOKENS = [1, 2, 7, 16, 31, 32]  # each decode row (1, 2, <= 8, <= 16, <= 32), with tails of its tiles
-ROWS = ["decode_fma_m1", "decode_fma_m2", "decode_tma_m8", "decode_tma_m16", "decode_m8", "decode_m16", "decode_m32"]
-TMA_ROWS = ["decode_tma_m8", "decode_tma_m16"]  # sm90 only
+ROWS = ["decode_fma_m1", "decode_fma_m2", "decode_tma_m8", "decode_tma_m16", "decode_tma_m32", "decode_m8", "decode_m16",
+        "decode_m32"]  # fmt: skip
+TMA_ROWS = ["decode_tma_m8", "decode_tma_m16", "decode_tma_m32"]  # sm90 only
 # (K, N): odd multiples of 8 (no tile divides them), and Llama-3-8B's up and down projections.
 SMALL = [(24, 40), (1032, 264)]
 LLAMA = [(4096, 14336), (14336, 4096)]
@@ -166,8 +167,8 @@ def test_native_checks_before_any_cuda_call():
         mod.gated_decode(**{**args, "splits": -1})
     with pytest.raises(ValueError, match="float16 or bfloat16, got float32"):
         mod.gated_decode(**{**args, "dtype": 0})
-    with pytest.raises(ValueError, match="no decode row 7"):
-        mod.gated_decode(**{**args, "decode_row": 7})
+    with pytest.raises(ValueError, match=f"no decode row {len(ROWS)}"):
+        mod.gated_decode(**{**args, "decode_row": len(ROWS)})
     mod.gated_decode(**{**args, "m": 0})  # nothing to do: returns without a device
     decode = mod.gemm_configs().index("decode_gemv")
     la = dict(x=16, x_stride=64, w=16, w_stride=64, bias=0, y=16, m=4, n=13, k=60, dtype=2, act=0, config=decode,
@@ -250,7 +251,7 @@ def test_plan_of_the_table():
                     assert -(-tiles // clusters) <= 8, p  # one pass of at most 8 tiles a cluster
                 elif tiles >= 4 * slots:
                     assert clusters == slots, p  # rows only: every slot
-    # The default: a tma row on sm90 at 3-16 tokens where its layout gives every CTA 4 tiles with no
+    # The default: a tma row on sm90 at 3-32 tokens where its layout gives every CTA 4 tiles with no
     # K split (Llama-3-8B's gated projection; its down projection keeps the mma rows), else mma.
     cases = [(16, 4096, 14336, True), (8, 4096, 14336, True), (3, 4096, 14336, True), (16, 14336, 4096, False),
              (16, 8192, 28672, False), (3, 1032, 40, False), (2, 4096, 14336, True), (17, 4096, 14336, True),
@@ -258,8 +259,9 @@ def test_plan_of_the_table():
              (12, 28672, 8192, False), (1, 8192, 28672, False), (1, 28672, 8192, False)]  # fmt: skip
     for m, k, n, gated in cases:
         p = _cuda.decode_plan(m, n, k, gated=gated)
-        if sm90 and 3 <= m <= 16:
-            pt = _cuda.decode_plan(m, n, k, gated=gated, row="decode_tma_m8" if m <= 8 else "decode_tma_m16")
+        if sm90 and 3 <= m <= 32:
+            row = "decode_tma_m8" if m <= 8 else "decode_tma_m16" if m <= 16 else "decode_tma_m32"
+            pt = _cuda.decode_plan(m, n, k, gated=gated, row=row)
             tiles = -(-n // (8 if gated else 16))
             fits = pt["splits"] == 1 and -(-tiles // pt["grid"][0]) >= 4
             assert _tma(p) == fits and (not fits or p == pt), (m, k, n, gated, p, pt)

@@ -11,10 +11,10 @@ from kp_core import load_native
 from kp_core import testing as kt
 
 import kp_fused_mlp
-from kp_fused_mlp import _cuda, reference
+from kp_fused_mlp import _cuda, modules, reference
 
 NATIVE = load_native("kp_fused_mlp")
-TMA_ROWS = ["decode_tma_m8", "decode_tma_m16"]
+TMA_ROWS = ["decode_tma_m8", "decode_tma_m16", "decode_tma_m32"]
 DTYPES = [torch.bfloat16, torch.float16]
 
 
@@ -63,7 +63,7 @@ def test_forced_rows_match_oracle(row, hidden, inter, seed):
     more gated tiles than a pass (20008: 2501 tiles); the row's token counts with tails; both
     activations, with and without biases, both dtypes."""
     _sm90()
-    tokens = [1, 3, 8] if row.endswith("m8") else [9, 16]
+    tokens = {"decode_tma_m8": [1, 3, 8], "decode_tma_m16": [9, 16], "decode_tma_m32": [17, 32]}[row]
     for i, m in enumerate(tokens):
         dtype = DTYPES[i % 2]
         plan = _cuda.gated_mlp_decode_plan(m, hidden, inter, dtype, decode_row=row)
@@ -82,21 +82,21 @@ def test_forced_rows_match_oracle(row, hidden, inter, seed):
 @pytest.mark.gpu
 @pytest.mark.parametrize("hidden, inter", [(4096, 14336), (8192, 28672), (256, 9216)], ids=str)
 def test_llama_sizes_by_the_plan(hidden, inter, seed):
-    """The plan serves Llama-3-8B's and the larger shape at 3-16 tokens (the gated projection's tma
-    rows) and not at 1-2 (its fma rows); the fused output against the float64 MLP and within the
+    """The plan serves Llama-3-8B's and the larger shape at 3-32 tokens (the gated projection's tma
+    rows) and not at 1-2 (its fma rows) or 33; the fused output against the float64 MLP and within the
     bound of the two-kernel path."""
     _sm90()
     for m in (1, 2):
         assert _cuda.gated_mlp_decode_plan(m, hidden, inter)["row"] == "", m
-    for m in (3, 8, 16):
+    for m in (3, 8, 16, 32):
         plan = _cuda.gated_mlp_decode_plan(m, hidden, inter)
-        assert plan["row"] == ("decode_tma_m8" if m <= 8 else "decode_tma_m16"), (m, plan)
+        assert plan["row"] == ("decode_tma_m8" if m <= 8 else "decode_tma_m16" if m <= 16 else "decode_tma_m32"), (m, plan)
         assert plan["blocks"] == -(-hidden // 128) and 1 <= plan["splits"] <= 64, plan
         args = _inputs(m, hidden, inter, torch.bfloat16, seed + m, True)
         want, torch_y = _oracle(*args, "silu")
         _poison(m, hidden, inter, plan)
         kt.assert_matches_oracle(_run(*args, "silu"), want, torch_out=torch_y, name=f"m={m} {hidden}/{inter} {plan}")
-    assert _cuda.gated_mlp_decode_plan(17, hidden, inter)["row"] == ""
+    assert _cuda.gated_mlp_decode_plan(33, hidden, inter)["row"] == ""
 
 
 @pytest.mark.gpu
@@ -226,3 +226,39 @@ def test_forced_down_splits(splits, seed):
         kt.assert_matches_oracle(y, want, torch_out=torch_y, name=f"splits={splits} m={m} {hidden}/{inter} {plan}")
     with pytest.raises(ValueError, match="decode_splits must be a positive int"):
         _cuda.gated_mlp_decode_plan(16, 1032, 2056, decode_splits=0)
+
+
+@pytest.mark.gpu
+def test_barrier_counter_wraps(seed):
+    """The grid barrier's counter advances 2^24 a call and wraps after 2^40 calls: started two calls
+    before the wrap, every call across it is still bit-identical to the first (the barrier compares
+    the signed distance to its target)."""
+    _sm90()
+    args = _inputs(16, 1032, 2056, torch.bfloat16, seed, True)
+    first = _run(*args, "silu", "decode_tma_m16")
+    counter = _cuda._barrier_counter(args[0].device)
+    counter.fill_(-2 * (1 << 24))  # 2^64 - 2 x 2^24 as an unsigned 64-bit count
+    for i in range(4):
+        assert torch.equal(_run(*args, "silu", "decode_tma_m16"), first), f"call {i} across the wrap differs"
+    torch.cuda.synchronize()
+    assert counter.item() == 2 * (1 << 24), counter.item()
+
+
+@pytest.mark.gpu
+def test_compiled_gated_mlp_runs_it(seed, monkeypatch):
+    """torch.compile(GatedMLP, fullgraph=True) at 16 tokens (inference) runs the fused kernel through
+    its registered op, no graph break; opcheck of the op; against the float64 MLP."""
+    _sm90()
+    mlp = kp_fused_mlp.GatedMLP(4096, 14336, "silu", bias=True, device="cuda", dtype=torch.bfloat16)
+    args = _inputs(16, 4096, 14336, torch.bfloat16, seed, True)
+    kt.opcheck(modules.GATED_MLP_DECODE, (*args, "silu"))
+    calls = []
+    real = _cuda.gated_mlp_decode
+    monkeypatch.setattr(_cuda, "gated_mlp_decode", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
+    x = kt.randn((16, 4096), dtype=torch.bfloat16, device="cuda", seed=seed)
+    compiled = torch.compile(mlp, fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        y = compiled(x)
+    assert calls and set(calls) == {16}, calls
+    want = _oracle(x, mlp.gate_up_weight, mlp.gate_up_bias, mlp.down_proj.weight, mlp.down_proj.bias, "silu")[0]
+    kt.assert_matches_oracle(y, want, name="compiled")

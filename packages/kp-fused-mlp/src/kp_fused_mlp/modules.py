@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+from kp_core import registry
 from torch import nn
 from torch.nn.modules import module as _nn_module
 
@@ -21,6 +22,34 @@ def _cuda_level():
     return gated.LEVELS.module("cuda")
 
 
+# The fused decode kernel as a registered op, so that a compiled GatedMLP runs it too (inference
+# only: no autograd; its workspaces and barrier counter are the impl's, allocated at run time).
+def _decode_op_impl(x, w_gate_up, b_gate_up, w_down, b_down, activation):
+    return _cuda_level().gated_mlp_decode(x, w_gate_up, b_gate_up, w_down, b_down, activation)
+
+
+def _decode_op_fake(x, w_gate_up, b_gate_up, w_down, b_down, activation):
+    return x.new_empty((x.shape[0], w_down.shape[0]))
+
+
+GATED_MLP_DECODE = registry.define(
+    "kp_fused_mlp",
+    "gated_mlp_decode(Tensor x, Tensor w_gate_up, Tensor? b_gate_up, Tensor w_down, Tensor? b_down, str activation) "
+    "-> Tensor",
+    _decode_op_impl,
+    _decode_op_fake,
+    dispatch_keys=("CUDA",),
+)
+
+
+@registry.constant_result
+def _fused_decode_serves(m: int, hidden: int, inter: int, dtype: torch.dtype, index: int) -> bool:
+    """Whether the fused kernel's plan takes M tokens at these sizes (under torch.compile: evaluated
+    once at trace time, not traced)."""
+    return not _cuda_level().gated_mlp_decode_plan(m, hidden, inter, dtype, index)["why"]
+
+
+_DECODE_DTYPES = (torch.float16, torch.bfloat16)
 _PACKED = {"gate_up_weight": "weight", "gate_up_bias": "bias"}  # packed Parameter -> Hugging Face key suffix
 
 
@@ -38,7 +67,7 @@ class GatedMLP(nn.Module):
     """
 
     fused_decode = True
-    """Inference calls at the decode table's tma sizes (sm90; 3-16 tokens where the gated projection
+    """Inference calls at the decode table's tma sizes (sm90; 3-32 tokens where the gated projection
     takes a tma row) run both projections in one kernel (csrc/decode_mlp.cu); False keeps the two
     kernels (for A/B benchmarks)."""
 
@@ -73,8 +102,8 @@ class GatedMLP(nn.Module):
             x, w, b = x.to(dtype), w.to(dtype), None if b is None else b.to(dtype)
         name, grad, compiling = gated.level(x, w, b, self.backend)
         down = self.down_proj
-        if name == "cuda" and self.fused_decode and not (autocast or grad or compiling):
-            y = self._fused_decode(x, w, b, down)
+        if name == "cuda" and self.fused_decode and not (autocast or grad):
+            y = self._fused_decode(x, w, b, down, compiling)
             if y is not None:
                 return y
         h = gated_linear(x, w, self.activation, b, backend=name)
@@ -91,20 +120,30 @@ class GatedMLP(nn.Module):
                 return linear_act(h, down.weight, down.bias, backend="cuda")
         return down(h)
 
-    def _fused_decode(self, x, w, b, down):
+    def _fused_decode(self, x, w, b, down, compiling=False):
         """The fused decode kernel's y (csrc/decode_mlp.cu: both projections in one launch), or None
         where it does not take the call (not sm90, too many or too few tokens, a down projection
         that is not a plain nn.Linear of x's dtype or that needs a gradient, operands that do not
         chain: the two-kernel path then says what is wrong; under torch.jit tracing, which records
-        only torch's ops)."""
+        only torch's ops). Compiled: the registered op, where the token count is static."""
         if not _plain_linear(down) or down.weight.dtype != x.dtype or x.dim() == 0 or torch.jit.is_tracing():
             return None
         if torch.is_grad_enabled() and (down.weight.requires_grad or (down.bias is not None and down.bias.requires_grad)):
             return None
         rows = x.reshape(-1, x.shape[-1])
-        if rows.shape[0] == 0 or _cuda_level().gated_mlp_decode_problem(rows, w, down.weight, b, down.bias):
-            return None
-        y = _cuda_level().gated_mlp_decode(rows, w, b, down.weight, down.bias, self.activation)
+        m = rows.shape[0]
+        if compiling:
+            if not isinstance(m, int) or m == 0 or x.device.type != "cuda" or x.dtype not in _DECODE_DTYPES:
+                return None  # a dynamic token count: the two ops
+            if _cuda_level().gated_mlp_operands_problem(rows, w, b, down.weight, down.bias):
+                return None
+            if not _fused_decode_serves(m, x.shape[-1], down.weight.shape[1], x.dtype, x.device.index):
+                return None
+            y = GATED_MLP_DECODE(rows, w, b, down.weight, down.bias, self.activation)
+        else:
+            if m == 0 or _cuda_level().gated_mlp_decode_problem(rows, w, down.weight, b, down.bias):
+                return None
+            y = _cuda_level().gated_mlp_decode(rows, w, b, down.weight, down.bias, self.activation)
         return y.view(*x.shape[:-1], down.out_features)
 
     def extra_repr(self) -> str:
