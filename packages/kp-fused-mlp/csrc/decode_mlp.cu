@@ -167,13 +167,7 @@ __global__ void __launch_bounds__(kThreads, CT) gated_mlp_decode_kernel(const __
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) flat[j] = 0.f;
     consume_steps<T, MT, SK, ST>(ring, c, 0, up.ksteps, warp, lane, acc);
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-          store_acc<T, true>(up, t0, nt, 0, threadIdx.x, r, mt, i, [&](int ii) { return acc[r][mt][ii]; });
+    store_pass<T, true, MT>(up, t0, nt, 0, threadIdx.x, acc);
   }
   // Each writer orders its h stores before other CTAs' TMA reads of them (the async proxy), as a
   // TMA store after smem writes does; the producer's reader-side fence stays too.

@@ -118,13 +118,7 @@ __global__ void __launch_bounds__(kThreads, CT) decode_tma_kernel(const __grid_c
     // a GatedMLP call at 16 tokens against 98; H200, 2026-11-29.)
     if (ps == passes - 1) kp::allow_dependents();
     if (p.splits == 1) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int i = 0; i < (GATED ? 2 : 4); ++i)
-            store_acc<T, GATED>(p, t0, nt, x_row0, threadIdx.x, r, mt, i, [&](int ii) { return acc[r][mt][ii]; });
+      store_pass<T, GATED, MT>(p, t0, nt, x_row0, threadIdx.x, acc);
       continue;
     }
     // K splits (one pass, the plan's promise): every thread parks its sums in stage 0 once all

@@ -174,6 +174,20 @@ __device__ __forceinline__ void store_acc(const TmaParams& p, int64_t t0, int nt
   }
 }
 
+// The epilogue of a whole pass: every accumulator of the thread's two tile slots and MT token tiles
+// (acc[r][mt][i], as consume_steps leaves them), stored through store_acc.
+template <typename T, bool GATED, int MT>
+__device__ __forceinline__ void store_pass(const TmaParams& p, int64_t t0, int nt, int x_row0, int tid,
+                                           const float (&acc)[2][MT][4]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int i = 0; i < (GATED ? 2 : 4); ++i)
+        store_acc<T, GATED>(p, t0, nt, x_row0, tid, r, mt, i, [&](int ii) { return acc[r][mt][ii]; });
+}
+
 // ---- host (decode_tma.cu) --------------------------------------------------------------------------
 
 // The weight's tiles as a 4-D view (64 columns, 8 rows, 2 halves, `tiles` tiles): row r of half h

@@ -151,8 +151,8 @@ def test_gated_mlp_takes_it_for_inference_only(seed, monkeypatch):
     _sm90()
     mlp = kp_fused_mlp.GatedMLP(4096, 14336, "silu", bias=True, device="cuda", dtype=torch.bfloat16)
     calls = []
-    real = _cuda.gated_mlp_decode
-    monkeypatch.setattr(_cuda, "gated_mlp_decode", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
+    real = _cuda._launch_gated_mlp_decode  # what the eager path and gated_mlp_decode launch through
+    monkeypatch.setattr(_cuda, "_launch_gated_mlp_decode", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
     x = kt.randn((2, 8, 4096), dtype=torch.bfloat16, device="cuda", seed=seed)  # 16 tokens in a batch
     b_gu, b_d = mlp.gate_up_bias, mlp.down_proj.bias
     want = _oracle(x.reshape(16, 4096), mlp.gate_up_weight, b_gu, mlp.down_proj.weight, b_d, "silu")[0]
@@ -253,8 +253,8 @@ def test_compiled_gated_mlp_runs_it(seed, monkeypatch):
     args = _inputs(16, 4096, 14336, torch.bfloat16, seed, True)
     kt.opcheck(modules.GATED_MLP_DECODE, (*args, "silu"))
     calls = []
-    real = _cuda.gated_mlp_decode
-    monkeypatch.setattr(_cuda, "gated_mlp_decode", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
+    real = _cuda._launch_gated_mlp_decode  # what the eager path and gated_mlp_decode launch through
+    monkeypatch.setattr(_cuda, "_launch_gated_mlp_decode", lambda *a, **k: calls.append(a[0].shape[0]) or real(*a, **k))
     x = kt.randn((16, 4096), dtype=torch.bfloat16, device="cuda", seed=seed)
     compiled = torch.compile(mlp, fullgraph=True, dynamic=False)
     with torch.no_grad():

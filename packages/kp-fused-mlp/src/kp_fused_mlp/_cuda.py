@@ -361,11 +361,15 @@ def decode_plan(m: int, n_out: int, k: int, *, gated: bool = False, dtype=torch.
                       _decode_row_index(row)))  # fmt: skip
 
 
+def _check_decode_splits(splits) -> None:
+    if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool) or splits < 1):
+        raise ValueError(f"decode_splits must be a positive int or None, got {splits!r}")
+
+
 def _decode_workspace(m: int, n_out: int, k: int, gated: bool, x: torch.Tensor, splits: Optional[int],
                       row: int = -1):  # fmt: skip
     """(fp32 workspace or None, K splits) of a decode call: the plan's, or `splits` forced."""
-    if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool) or splits < 1):
-        raise ValueError(f"decode_splits must be a positive int or None, got {splits!r}")
+    _check_decode_splits(splits)
     plan = _plan(m, n_out, k, gated, dtypes.code(x.dtype), splits or 0, x.device.index, row)
     if plan["workspace_bytes"] == 0:  # one split, or the splits sum over a cluster (sm90)
         return None, plan["splits"]
@@ -559,9 +563,7 @@ def gated_mlp_decode_plan(m: int, hidden: int, inter: int, dtype=torch.bfloat16,
     index = torch.device("cuda" if device is None else device).index
     index = torch.cuda.current_device() if index is None else index
     row = _decode_row_index(decode_row)
-    if decode_splits is not None and (not isinstance(decode_splits, int) or isinstance(decode_splits, bool)
-                                      or decode_splits < 1):  # fmt: skip
-        raise ValueError(f"decode_splits must be a positive int or None, got {decode_splits!r}")
+    _check_decode_splits(decode_splits)
     return dict(NATIVE.module.gated_mlp_decode_plan(int(m), int(hidden), int(inter), dtypes.code(dtype), index, row,
                                                     decode_splits or 0))  # fmt: skip
 
@@ -586,8 +588,9 @@ def gated_mlp_operands_problem(x: torch.Tensor, w_gate_up: torch.Tensor, b_gate_
 
 
 def gated_mlp_decode_problem(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, b_gate_up=None,
-                             b_down=None) -> Optional[str]:  # fmt: skip
-    """Why the fused decode kernel does not take GatedMLP's call on x [M, H] (None: it does)."""
+                             b_down=None, plan_out: Optional[list] = None) -> Optional[str]:  # fmt: skip
+    """Why the fused decode kernel does not take GatedMLP's call on x [M, H] (None: it does; the
+    plan it looked up is then appended to `plan_out` where one is given)."""
     if not NATIVE.loaded:
         return "kp_fused_mlp was built without its CUDA level"
     if x.device.type != "cuda" or x.dtype not in (torch.float16, torch.bfloat16):
@@ -596,7 +599,12 @@ def gated_mlp_decode_problem(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: t
     if why:
         return why
     (m, hidden), inter = x.shape, w_down.shape[1]
-    return gated_mlp_decode_plan(m, hidden, inter, x.dtype, x.device)["why"] or None
+    plan = gated_mlp_decode_plan(m, hidden, inter, x.dtype, x.device)
+    if plan["why"]:
+        return plan["why"]
+    if plan_out is not None:
+        plan_out.append(plan)
+    return None
 
 
 def gated_mlp_decode(x: torch.Tensor, w_gate_up: torch.Tensor, b_gate_up, w_down: torch.Tensor, b_down,
@@ -613,6 +621,23 @@ def gated_mlp_decode(x: torch.Tensor, w_gate_up: torch.Tensor, b_gate_up, w_down
     plan = gated_mlp_decode_plan(m, hidden, inter, x.dtype, x.device, decode_row, decode_splits)
     if not plan["row"]:
         raise ValueError(f"kp_fused_mlp: the fused decode kernel does not take this call: {plan['why']}")
+    return _launch_gated_mlp_decode(x, w_gate_up, b_gate_up, w_down, b_down, activation, plan, decode_row,
+                                    decode_splits)  # fmt: skip
+
+
+def try_gated_mlp_decode(x: torch.Tensor, w_gate_up: torch.Tensor, b_gate_up, w_down: torch.Tensor, b_down,
+                         activation: str) -> Optional[torch.Tensor]:  # fmt: skip
+    """gated_mlp_decode's y where the fused kernel takes the call, else None (gated_mlp_decode_problem
+    says why): one check of the operands and one plan lookup a call (GatedMLP's eager path)."""
+    plan: list = []
+    if gated_mlp_decode_problem(x, w_gate_up, w_down, b_gate_up, b_down, plan_out=plan):
+        return None
+    return _launch_gated_mlp_decode(x, w_gate_up, b_gate_up, w_down, b_down, activation, plan[0])
+
+
+def _launch_gated_mlp_decode(x, w_gate_up, b_gate_up, w_down, b_down, activation: str, plan: dict,
+                             decode_row: Optional[str] = None, decode_splits: Optional[int] = None) -> torch.Tensor:  # fmt: skip
+    (m, hidden), inter = x.shape, w_down.shape[1]
     x, w_gate_up, w_down = _tma_ready(x), _tma_ready(w_gate_up), _tma_ready(w_down)
     b_gate_up = None if b_gate_up is None else b_gate_up.contiguous()
     b_down = None if b_down is None else b_down.contiguous()

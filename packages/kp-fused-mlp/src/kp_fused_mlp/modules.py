@@ -141,9 +141,9 @@ class GatedMLP(nn.Module):
                 return None
             y = GATED_MLP_DECODE(rows, w, b, down.weight, down.bias, self.activation)
         else:
-            if m == 0 or _cuda_level().gated_mlp_decode_problem(rows, w, down.weight, b, down.bias):
+            y = None if m == 0 else _cuda_level().try_gated_mlp_decode(rows, w, b, down.weight, down.bias, self.activation)
+            if y is None:
                 return None
-            y = _cuda_level().gated_mlp_decode(rows, w, b, down.weight, down.bias, self.activation)
         return y.view(*x.shape[:-1], down.out_features)
 
     def extra_repr(self) -> str:
