@@ -29,6 +29,9 @@
 // Tried and dropped: coop 256 x 128 (c1x2), coop 128 x 256 without a cluster, pingpong 64 x 256
 // (c1x2): none won a shape (the 64 x 256 pingpong ran at half speed past M = 4096). 2026-11-26, sustained (gemm-sustained.txt):
 // pingpong 64 x 256 c2x1, coop 128 x 256 c1x2 and coop 256 x 128 c1x2 lost or tied at every shape.
+// 2026-11-29 (8192 tokens, branches gemm-stream-k and gemm-n-split): stream-K twins of the two
+// cooperative rows, 1-2% slower (the split tiles' fix-up costs more than the last round's tail);
+// 192 x 192 and 320 x 128 tiles (cuBLAS's) with the consumers split along N, 5-21% slower.
 #pragma once
 #include <cstdint>
 
