@@ -587,24 +587,26 @@ def gated_mlp_operands_problem(x: torch.Tensor, w_gate_up: torch.Tensor, b_gate_
     return None
 
 
-def gated_mlp_decode_problem(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, b_gate_up=None,
-                             b_down=None, plan_out: Optional[list] = None) -> Optional[str]:  # fmt: skip
-    """Why the fused decode kernel does not take GatedMLP's call on x [M, H] (None: it does; the
-    plan it looked up is then appended to `plan_out` where one is given)."""
+def _fused_plan(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, b_gate_up,
+                b_down) -> tuple[Optional[dict], Optional[str]]:  # fmt: skip
+    """(the fused decode kernel's plan, None) where it takes GatedMLP's call on x [M, H], else
+    (None, why not)."""
     if not NATIVE.loaded:
-        return "kp_fused_mlp was built without its CUDA level"
+        return None, "kp_fused_mlp was built without its CUDA level"
     if x.device.type != "cuda" or x.dtype not in (torch.float16, torch.bfloat16):
-        return "the fused decode kernel takes float16/bfloat16 CUDA tensors"
+        return None, "the fused decode kernel takes float16/bfloat16 CUDA tensors"
     why = gated_mlp_operands_problem(x, w_gate_up, b_gate_up, w_down, b_down)
     if why:
-        return why
+        return None, why
     (m, hidden), inter = x.shape, w_down.shape[1]
     plan = gated_mlp_decode_plan(m, hidden, inter, x.dtype, x.device)
-    if plan["why"]:
-        return plan["why"]
-    if plan_out is not None:
-        plan_out.append(plan)
-    return None
+    return (None, plan["why"]) if plan["why"] else (plan, None)
+
+
+def gated_mlp_decode_problem(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor, b_gate_up=None,
+                             b_down=None) -> Optional[str]:  # fmt: skip
+    """Why the fused decode kernel does not take GatedMLP's call on x [M, H] (None: it does)."""
+    return _fused_plan(x, w_gate_up, w_down, b_gate_up, b_down)[1]
 
 
 def gated_mlp_decode(x: torch.Tensor, w_gate_up: torch.Tensor, b_gate_up, w_down: torch.Tensor, b_down,
@@ -629,10 +631,8 @@ def try_gated_mlp_decode(x: torch.Tensor, w_gate_up: torch.Tensor, b_gate_up, w_
                          activation: str) -> Optional[torch.Tensor]:  # fmt: skip
     """gated_mlp_decode's y where the fused kernel takes the call, else None (gated_mlp_decode_problem
     says why): one check of the operands and one plan lookup a call (GatedMLP's eager path)."""
-    plan: list = []
-    if gated_mlp_decode_problem(x, w_gate_up, w_down, b_gate_up, b_down, plan_out=plan):
-        return None
-    return _launch_gated_mlp_decode(x, w_gate_up, b_gate_up, w_down, b_down, activation, plan[0])
+    plan, why = _fused_plan(x, w_gate_up, w_down, b_gate_up, b_down)
+    return None if why else _launch_gated_mlp_decode(x, w_gate_up, b_gate_up, w_down, b_down, activation, plan)
 
 
 def _launch_gated_mlp_decode(x, w_gate_up, b_gate_up, w_down, b_down, activation: str, plan: dict,
