@@ -1,4 +1,5 @@
-# kp_add_extension(<target> [MODULE_NAME <name>] [CUTLASS] SOURCES <files...> INSTALL_DIR <python package dir>)
+# kp_add_extension(<target> [MODULE_NAME <name>] [CUTLASS] SOURCES <files...> [SM90A_SOURCES <files...>]
+#                  INSTALL_DIR <python package dir>)
 #
 # The one way a kp package builds its native module. <target> is the CMake target, unique across
 # the monorepo's combined build (kp_norm_C); MODULE_NAME the Python module's name (default _C):
@@ -12,6 +13,12 @@
 # KP_CUTLASS_INCLUDE_DIR (environment variable, else CMake cache variable: a folder holding cute/
 # and cutlass/, e.g. a CUTLASS checkout's include/). Added as system includes (their warnings are
 # not ours). See kp_find_cutlass below.
+#
+# SM90A_SOURCES: sources whose kernels have bodies only for sm_90a (wgmma, TMA, setmaxnreg; the
+# CUTLASS sm90 instantiations): where the build has 90a they are compiled for 90a alone, one device
+# pass instead of one per arch (each pass parses and instantiates CUTLASS again, for empty bodies on
+# the other archs); without 90a, for the build's archs like SOURCES, so the host code links. The
+# host must never launch them elsewhere (kp/gemm/sm90_gemm.h's device checks).
 #
 # GPU architectures come from KP_CUDA_ARCHS (environment variable, else CMake cache variable), a
 # ';' or ',' separated list. An entry "80" or "90a" means machine code (SASS) for that SM; an entry
@@ -57,7 +64,7 @@ macro(kp_enable_cuda package)
 endmacro()
 
 function(kp_add_extension target)
-  cmake_parse_arguments(ARG "CUTLASS" "INSTALL_DIR;MODULE_NAME" "SOURCES" ${ARGN})
+  cmake_parse_arguments(ARG "CUTLASS" "INSTALL_DIR;MODULE_NAME" "SOURCES;SM90A_SOURCES" ${ARGN})
   if(NOT ARG_MODULE_NAME)
     set(ARG_MODULE_NAME _C)
   endif()
@@ -134,6 +141,26 @@ function(kp_add_extension target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CUDA>:-O3 -lineinfo --expt-relaxed-constexpr>
     $<$<COMPILE_LANGUAGE:CXX>:-O3>)
+  if(ARG_SM90A_SOURCES)
+    set(sm90a_archs "${cmake_archs}")
+    if("90a-real" IN_LIST cmake_archs)
+      set(sm90a_archs "90a-real")
+    endif()
+    add_library(${target}_sm90a OBJECT ${ARG_SM90A_SOURCES})
+    set_target_properties(${target}_sm90a PROPERTIES
+      CUDA_ARCHITECTURES "${sm90a_archs}"
+      POSITION_INDEPENDENT_CODE ON
+      CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON
+      CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
+      CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
+    target_include_directories(${target}_sm90a PRIVATE "${KP_SHARED_CUDA_DIR}/include" ${CUDAToolkit_INCLUDE_DIRS} "${gen}")
+    if(ARG_CUTLASS)
+      target_include_directories(${target}_sm90a SYSTEM PRIVATE "${cutlass_include}")
+    endif()
+    target_compile_options(${target}_sm90a PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-O3 -lineinfo --expt-relaxed-constexpr>)
+    target_sources(${target} PRIVATE $<TARGET_OBJECTS:${target}_sm90a>)
+    message(STATUS "kp: ${target}'s sm90a-only sources for CUDA archs ${sm90a_archs}")
+  endif()
   kp_manylinux_link(${target})
   install(TARGETS ${target} LIBRARY DESTINATION "${ARG_INSTALL_DIR}")
 endfunction()
