@@ -11,7 +11,8 @@ The matrix: `KP_TORCH` lists the torch versions to test ("2.13.0" by default; e.
 "2.11.0+cu130,2.13.0"; `KP_TORCH=2.6.0,2.15.0` is the tested range, the ends of `torch>=2.6` on
 PyPI: with torch 2.11 or older the triton level skips on CPU unless numpy<2.4 is installed),
 `KP_TORCH_INDEX` an extra index to take them from. `KP_CUDA_ARCHS`
-narrows the archs the native code is compiled for ("90a" for a quick build). One session name
+narrows the archs the native code is compiled for ("90a" for a quick build). `KP_TEST_WHEELS` a folder of
+built wheels (one a package) that the test sessions install instead of building. One session name
 selects a whole row: `nox -s test-3.11` runs every torch version of the matrix on Python 3.11.
 
 `KP_CUDA` lists the CUDA toolkits `nox -s build` compiles with, one wheel set each in
@@ -67,7 +68,17 @@ def _install_torch(session: nox.Session, torch_version: str) -> None:
 
 
 def _install_kp(session: nox.Session) -> None:
-    """Build and install every package from source, the way a user's `pip install` would."""
+    """Build and install every package from source, the way a user's `pip install` would; or,
+    with KP_TEST_WHEELS=<folder>, install the wheels a build session put there (one a package):
+    CI tests the wheels of its default build instead of compiling everything a second time."""
+    if os.environ.get("KP_TEST_WHEELS"):
+        folder = Path(os.environ["KP_TEST_WHEELS"])
+        found = {p: sorted(folder.glob(p.replace("-", "_") + "-*.whl")) for p in PACKAGES}
+        wrong = {p: [w.name for w in ws] for p, ws in found.items() if len(ws) != 1}
+        if wrong:
+            session.error(f"KP_TEST_WHEELS={folder}: want one wheel a package, found {wrong}")
+        session.install("--no-deps", "--force-reinstall", *[str(ws[0]) for ws in found.values()])
+        return
     session.install("scikit-build-core>=0.11", "pybind11>=2.12", "cmake>=3.26", "ninja")
     if EXTRA_BUILD_REQUIRES:
         session.install("--no-deps", *EXTRA_BUILD_REQUIRES)

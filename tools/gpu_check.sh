@@ -4,7 +4,7 @@
 #
 #   tools/gpu_check.sh [build] [shared] [test] [large] [sanitize] [fuzz] [hf] [bench] [all]     (default: all)
 #
-# Environment: KP_CUDA_ARCHS (default: this GPU's arch only, for a quick build; "80;86;89;90a"
+# Environment: KP_CUDA_ARCHS (default: this GPU's arch only, for a quick build; "80;90a;90-virtual"
 # for the release set), KP_OUT (logs and results; default ./.gpu-check), KP_BENCH_ARGS (passed to
 # every bench script, e.g. "--quick"), KP_WHEELS (a folder of extra wheels to install first, e.g.
 # liger-kernel for the competitor columns).

@@ -23,7 +23,11 @@
 # GPU architectures come from KP_CUDA_ARCHS (environment variable, else CMake cache variable), a
 # ';' or ',' separated list. An entry "80" or "90a" means machine code (SASS) for that SM; an entry
 # "90-virtual" means PTX for compute_90, which the driver JIT-compiles for newer GPUs. Default:
-# "80;86;89;90a;90-virtual". CI and local builds narrow it, e.g. KP_CUDA_ARCHS=90a (one arch, no PTX).
+# "80;90a;90-virtual". No sm_86 / sm_89 machine code by default: sm_80's runs on every GPU of major 8
+# (CUDA's binary compatibility within a major version), the kernels choose their tiles from the
+# device's shared memory at run time, and each extra arch is a whole device pass of every TU (two
+# of five passes of the release build; FlashAttention ships 80 + 90 likewise). KP_CUDA_ARCHS=89
+# builds Ada's own. CI and local builds narrow it, e.g. KP_CUDA_ARCHS=90a (one arch, no PTX).
 #
 # manylinux: KP_GLIBC_STUBS (environment variable, else CMake cache variable) names a folder of glibc
 # stub libraries made by `python tools/manylinux.py stubs DIR` (glibc 2.28 by default). The module
@@ -36,7 +40,7 @@ include_guard(GLOBAL)
 
 get_filename_component(KP_SHARED_CUDA_DIR "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
 set(KP_SHARED_CUDA_DIR "${KP_SHARED_CUDA_DIR}" CACHE INTERNAL "shared_cuda root")
-set(KP_CUDA_ARCHS_DEFAULT "80;86;89;90a;90-virtual")
+set(KP_CUDA_ARCHS_DEFAULT "80;90a;90-virtual")
 
 # kp_enable_cuda(<package>): call at file scope, before kp_add_extension. Enables the CUDA language
 # and sets KP_HAVE_CUDA; without a CUDA compiler (or with KP_SKIP_CUDA_BUILD=1) it sets KP_HAVE_CUDA

@@ -4,7 +4,7 @@ from .norm import fused_add_layer_norm, fused_add_rms_norm, layer_norm, rms_norm
 from .patch import patch_norms, replace_norms
 from .plans import cuda_plan, plan_override, plan_override_names
 
-__version__ = "0.3.6"
+__version__ = "0.3.7"
 
 __all__ = [
     "LayerNorm",
