@@ -25,7 +25,7 @@ export PYTHONUNBUFFERED=1
 
 if [ -z "${KP_CUDA_ARCHS:-}" ]; then
   cc=$($PY -c 'import torch; p = torch.cuda.get_device_capability(); print(f"{p[0]}{p[1]}")')
-  [ "$cc" = 90 ] && cc=90a   # Hopper-only instructions (clusters, wgmma) need the arch-specific target
+  [ "$cc" = 90 ] && cc=90a   # wgmma, setmaxnreg (kp-fused-mlp's and kp-attention's SM90A_SOURCES) need the arch-specific target
   export KP_CUDA_ARCHS=$cc
 fi
 

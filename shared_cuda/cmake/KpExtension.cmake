@@ -14,11 +14,19 @@
 # and cutlass/, e.g. a CUTLASS checkout's include/). Added as system includes (their warnings are
 # not ours). See kp_find_cutlass below.
 #
+# SOURCES hold no arch-specific code (no wgmma, setmaxnreg, or CuTe's TMA atoms, which CUTLASS
+# enables only under sm_90a): an arch-specific entry of the list ("90a") gives them the machine code
+# of its base arch (sm_90), which is the same SASS (every kernel of kp-norm, kp-fused-mlp and
+# kp-attention compared, 2026-11-29) and runs on the same GPUs, and comes from the same device pass
+# as the compute_90 PTX: two passes of a file for the default list instead of three (a pass is a
+# whole cicc run, ~80 s for one of kp-attention's backward files; ptxas takes 2-3 s of it).
+#
 # SM90A_SOURCES: sources whose kernels have bodies only for sm_90a (wgmma, TMA, setmaxnreg; the
 # CUTLASS sm90 instantiations): where the build has 90a they are compiled for 90a alone, one device
 # pass instead of one per arch (each pass parses and instantiates CUTLASS again, for empty bodies on
 # the other archs); without 90a, for the build's archs like SOURCES, so the host code links. The
-# host must never launch them elsewhere (kp/gemm/sm90_gemm.h's device checks).
+# host must never launch them elsewhere (kp/gemm/sm90_gemm.h's device checks). A module reports
+# "90a" among compiled_arch_names() only when it has such sources, compiled for 90a.
 #
 # GPU architectures come from KP_CUDA_ARCHS (environment variable, else CMake cache variable), a
 # ';' or ',' separated list. An entry "80" or "90a" means machine code (SASS) for that SM; an entry
@@ -92,6 +100,7 @@ function(kp_add_extension target)
   set(cmake_archs "")   # CUDA_ARCHITECTURES values: "90a-real" -> -gencode=arch=compute_90a,code=sm_90a
   set(sass "")          # numbers for compiled_archs(): 90a -> 90
   set(ptx "")
+  set(portable_archs "")  # for SOURCES: "90a-real" -> "90-real" (see the top of this file)
   set(sass_names "")    # as compiled, for compiled_arch_names(): 90a (arch-specific features)
   foreach(a IN LISTS archs)
     string(STRIP "${a}" a)
@@ -99,18 +108,26 @@ function(kp_add_extension target)
       continue()
     elseif(a MATCHES "^([0-9]+[af]?)-virtual$")
       list(APPEND cmake_archs "${CMAKE_MATCH_1}-virtual")
+      list(APPEND portable_archs "${CMAKE_MATCH_1}-virtual")
       string(REGEX REPLACE "[af]$" "" n "${CMAKE_MATCH_1}")
       list(APPEND ptx "${n}")
     elseif(a MATCHES "^([0-9]+[af]?)(-real)?$")
-      list(APPEND cmake_archs "${CMAKE_MATCH_1}-real")
-      list(APPEND sass_names "${CMAKE_MATCH_1}")
-      string(REGEX REPLACE "[af]$" "" n "${CMAKE_MATCH_1}")
+      set(name "${CMAKE_MATCH_1}")
+      list(APPEND cmake_archs "${name}-real")
+      string(REGEX REPLACE "[af]$" "" n "${name}")
+      list(APPEND portable_archs "${n}-real")
+      if(ARG_SM90A_SOURCES AND name STREQUAL "90a")
+        list(APPEND sass_names "90a")
+      else()
+        list(APPEND sass_names "${n}")
+      endif()
       list(APPEND sass "${n}")
     else()
       message(FATAL_ERROR "KP_CUDA_ARCHS: cannot read '${a}' (want e.g. 80, 90a, 90-virtual)")
     endif()
   endforeach()
   list(REMOVE_DUPLICATES sass)
+  list(REMOVE_DUPLICATES portable_archs)
   list(REMOVE_DUPLICATES ptx)
   string(REPLACE ";" "," sass_csv "${sass}")
   string(REPLACE ";" "," ptx_csv "${ptx}")
@@ -118,7 +135,7 @@ function(kp_add_extension target)
   list(TRANSFORM sass_names PREPEND "\"")
   list(TRANSFORM sass_names APPEND "\"")
   string(REPLACE ";" "," sass_names_csv "${sass_names}")  # "80","90a": an initializer list
-  message(STATUS "kp: ${target} for CUDA archs ${cmake_archs}")
+  message(STATUS "kp: ${target} for CUDA archs ${portable_archs}")
 
   # --- the module -----------------------------------------------------------------------------------
   # NO_EXTRAS: no -flto (nvcc objects don't take part) and no strip (keep -lineinfo symbols for ncu).
@@ -143,7 +160,7 @@ function(kp_add_extension target)
     list(APPEND objects ${target}_sm90a)
   endif()
   foreach(t IN LISTS objects)
-    _kp_compile_settings(${t} "${cmake_archs}" "${gen}" "${cutlass_include}")
+    _kp_compile_settings(${t} "${portable_archs}" "${gen}" "${cutlass_include}")
   endforeach()
   if(ARG_SM90A_SOURCES AND "90a-real" IN_LIST cmake_archs)
     set_target_properties(${target}_sm90a PROPERTIES CUDA_ARCHITECTURES "90a-real")

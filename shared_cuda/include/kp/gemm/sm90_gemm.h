@@ -44,7 +44,8 @@ struct Sm90Gemm {
 };
 
 // Whether this module carries sm_90a machine code. KP_SASS_ARCH_NAMES (the generated archs.h) is an
-// initializer list of strings: "80", "86", "89", "90a" for the default build.
+// initializer list of strings: "80", "90a" for the default build ("90a" only in a module with
+// SM90A_SOURCES compiled for it: KpExtension.cmake).
 inline bool built_for_sm90a() {
 #ifdef KP_SASS_ARCH_NAMES
   for (const char* name : {KP_SASS_ARCH_NAMES})
