@@ -19,7 +19,8 @@
 # of its base arch (sm_90), which is the same SASS (every kernel of kp-norm, kp-fused-mlp and
 # kp-attention compared, 2026-11-29) and runs on the same GPUs, and comes from the same device pass
 # as the compute_90 PTX: two passes of a file for the default list instead of three (a pass is a
-# whole cicc run, ~80 s for one of kp-attention's backward files; ptxas takes 2-3 s of it).
+# whole cicc run, ~80 s for one of kp-attention's backward files; ptxas takes 2-3 s of it). The
+# comparison was of sm_90 and sm_90a; other arch-specific entries (100a) are treated alike.
 #
 # SM90A_SOURCES: sources whose kernels have bodies only for sm_90a (wgmma, TMA, setmaxnreg; the
 # CUTLASS sm90 instantiations): where the build has 90a they are compiled for 90a alone, one device
@@ -29,8 +30,9 @@
 # "90a" among compiled_arch_names() only when it has such sources, compiled for 90a.
 #
 # GPU architectures come from KP_CUDA_ARCHS (environment variable, else CMake cache variable), a
-# ';' or ',' separated list. An entry "80" or "90a" means machine code (SASS) for that SM; an entry
-# "90-virtual" means PTX for compute_90, which the driver JIT-compiles for newer GPUs. Default:
+# ';' or ',' separated list. An entry "80" or "90a" means machine code (SASS) for that SM (for
+# SOURCES, of its base arch: see above); an entry "90-virtual" means PTX for compute_90, which the
+# driver JIT-compiles for newer GPUs. Default:
 # "80;90a;90-virtual". No sm_86 / sm_89 machine code by default: sm_80's runs on every GPU of major 8
 # (CUDA's binary compatibility within a major version), the kernels choose their tiles from the
 # device's shared memory at run time, and each extra arch is a whole device pass of every TU (two
@@ -100,38 +102,43 @@ function(kp_add_extension target)
   set(cmake_archs "")   # CUDA_ARCHITECTURES values: "90a-real" -> -gencode=arch=compute_90a,code=sm_90a
   set(sass "")          # numbers for compiled_archs(): 90a -> 90
   set(ptx "")
-  set(portable_archs "")  # for SOURCES: "90a-real" -> "90-real" (see the top of this file)
-  set(sass_names "")    # as compiled, for compiled_arch_names(): 90a (arch-specific features)
+  set(portable_archs "")  # for SOURCES: "90a-real" -> "90-real", "90a-virtual" -> "90-virtual" (top of this file)
   foreach(a IN LISTS archs)
     string(STRIP "${a}" a)
     if(a STREQUAL "")
       continue()
     elseif(a MATCHES "^([0-9]+[af]?)-virtual$")
       list(APPEND cmake_archs "${CMAKE_MATCH_1}-virtual")
-      list(APPEND portable_archs "${CMAKE_MATCH_1}-virtual")
       string(REGEX REPLACE "[af]$" "" n "${CMAKE_MATCH_1}")
+      list(APPEND portable_archs "${n}-virtual")  # base-arch PTX: the JIT can take it to newer GPUs
       list(APPEND ptx "${n}")
     elseif(a MATCHES "^([0-9]+[af]?)(-real)?$")
-      set(name "${CMAKE_MATCH_1}")
-      list(APPEND cmake_archs "${name}-real")
-      string(REGEX REPLACE "[af]$" "" n "${name}")
+      list(APPEND cmake_archs "${CMAKE_MATCH_1}-real")
+      string(REGEX REPLACE "[af]$" "" n "${CMAKE_MATCH_1}")
       list(APPEND portable_archs "${n}-real")
-      if(ARG_SM90A_SOURCES AND name STREQUAL "90a")
-        list(APPEND sass_names "90a")
-      else()
-        list(APPEND sass_names "${n}")
-      endif()
       list(APPEND sass "${n}")
     else()
       message(FATAL_ERROR "KP_CUDA_ARCHS: cannot read '${a}' (want e.g. 80, 90a, 90-virtual)")
     endif()
   endforeach()
+  if(NOT portable_archs)
+    message(FATAL_ERROR "KP_CUDA_ARCHS ('${archs}') lists no arch (want e.g. 80;90a;90-virtual)")
+  endif()
   list(REMOVE_DUPLICATES sass)
   list(REMOVE_DUPLICATES portable_archs)
   list(REMOVE_DUPLICATES ptx)
   string(REPLACE ";" "," sass_csv "${sass}")
   string(REPLACE ";" "," ptx_csv "${ptx}")
-  list(REMOVE_DUPLICATES sass_names)
+  # One name a number: "90a" where the module has SM90A_SOURCES compiled for it (its other kernels
+  # are sm_90, the same code), else the number.
+  set(sass_names "")
+  foreach(n IN LISTS sass)
+    if(n STREQUAL "90" AND ARG_SM90A_SOURCES AND "90a-real" IN_LIST cmake_archs)
+      list(APPEND sass_names "90a")
+    else()
+      list(APPEND sass_names "${n}")
+    endif()
+  endforeach()
   list(TRANSFORM sass_names PREPEND "\"")
   list(TRANSFORM sass_names APPEND "\"")
   string(REPLACE ";" "," sass_names_csv "${sass_names}")  # "80","90a": an initializer list

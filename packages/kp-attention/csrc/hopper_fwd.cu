@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "hopper_fwd.h"
@@ -17,7 +18,8 @@ namespace {
 
 bool built_for_sm90a() {
 #ifdef KP_SASS_ARCH_NAMES
-  for (const char* name : {KP_SASS_ARCH_NAMES})
+  const std::initializer_list<const char*> names = {KP_SASS_ARCH_NAMES};  // empty in a PTX-only build
+  for (const char* name : names)
     if (std::strcmp(name, "90a") == 0) return true;
 #endif
   return false;

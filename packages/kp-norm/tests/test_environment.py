@@ -24,6 +24,6 @@ def test_the_built_extension_loads():
     status = load_native("kp_norm")
     assert status.loaded, status.error
     assert status.archs or status.ptx
-    # The machine code as compiled (90a, not 90) and the same archs as the numbers.
+    # The machine code as compiled ("90a" for a module with sm_90a-only kernels) and the same archs as the numbers.
     names, numbers = list(status.module.compiled_arch_names()), list(status.module.compiled_archs())
     assert status.archs == names and [int(n.rstrip("af")) for n in names] == numbers, (names, numbers)

@@ -48,7 +48,8 @@ inline std::string sm80_device_problem(int device) {
     return "device " + std::to_string(device) + " is sm_" + std::to_string(10 * info.major + info.minor) +
            ": kp's GEMM needs sm_80 or newer (mma.sync on bf16, cp.async)";
 #ifdef KP_SASS_ARCH_NAMES
-  for (const char* name : {KP_SASS_ARCH_NAMES}) {
+  const std::initializer_list<const char*> names = {KP_SASS_ARCH_NAMES};  // empty in a PTX-only build
+  for (const char* name : names) {
     const std::string s(name);
     const int v = std::atoi(s.c_str());
     const bool specific = !s.empty() && s.back() == 'a';

@@ -48,7 +48,8 @@ struct Sm90Gemm {
 // SM90A_SOURCES compiled for it: KpExtension.cmake).
 inline bool built_for_sm90a() {
 #ifdef KP_SASS_ARCH_NAMES
-  for (const char* name : {KP_SASS_ARCH_NAMES})
+  const std::initializer_list<const char*> names = {KP_SASS_ARCH_NAMES};  // empty in a PTX-only build
+  for (const char* name : names)
     if (std::string(name) == "90a") return true;
 #endif
   return false;
