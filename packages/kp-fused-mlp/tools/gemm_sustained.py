@@ -84,6 +84,42 @@ class Sampler:
         self.p.terminate()
 
 
+
+def paired_medians(fns: dict, rounds: int = 30) -> dict:
+    """Paired rounds: every callable once a round (the order rotated), each call timed by its own
+    CUDA events, so all share one heat; the median ms of each."""
+    names = list(fns)
+    events = {k: [] for k in names}
+    for r in range(rounds):
+        for k in names[r % len(names):] + names[: r % len(names)]:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fns[k]()
+            e.record()
+            events[k].append((s, e))
+    torch.cuda.synchronize()
+    return {k: statistics.median(s.elapsed_time(e) for s, e in v) for k, v in events.items()}
+
+
+def sustained_windows(fns: dict, sampler: Sampler, calls: int = 20, rounds: int = 3) -> dict:
+    """Windows of `calls` back-to-back calls of each callable (A B B A, `rounds` times): per window
+    (ms a call, mean SM clock MHz, mean board power W), the clock the power limit allows."""
+    got = {k: [] for k in fns}
+    names = list(fns)
+    for _ in range(rounds):
+        for k in names + names[::-1]:
+            fns[k]()
+            torch.cuda.synchronize()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t0 = time.monotonic()
+            s.record()
+            for _ in range(calls):
+                fns[k]()
+            e.record()
+            e.synchronize()
+            got[k].append((s.elapsed_time(e) / calls, *sampler.window(t0 + 0.03, time.monotonic())[:2]))
+    return got
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=200)

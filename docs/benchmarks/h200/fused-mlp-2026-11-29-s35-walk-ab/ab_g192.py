@@ -8,36 +8,10 @@ import torch
 import torch.nn.functional as F
 from kp_fused_mlp import _cuda
 sys.path.insert(0, sys.argv[1])
-from gemm_sustained import Sampler
+from gemm_sustained import Sampler, paired_medians, sustained_windows  # the timers as run, moved there after the run
 dev, dt, M = "cuda", torch.bfloat16, 8192
 rows = list(_cuda.NATIVE.module.gated_configs())
 print(rows, flush=True)
-
-
-def windows(fns, sampler, calls=30, rounds=3):
-    got = {k: [] for k in fns}
-    names = list(fns)
-    for _ in range(rounds):
-        for k in names + names[::-1]:
-            fns[k](); torch.cuda.synchronize()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.monotonic(); s.record()
-            for _ in range(calls):
-                fns[k]()
-            e.record(); e.synchronize()
-            got[k].append((s.elapsed_time(e) / calls, *sampler.window(t0 + 0.03, time.monotonic())[:2]))
-    return got
-
-
-def paired(fns, rounds=40):
-    names = list(fns)
-    ev = {k: [] for k in names}
-    for r in range(rounds):
-        for k in names[r % len(names):] + names[: r % len(names)]:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(); fns[k](); e.record(); ev[k].append((s, e))
-    torch.cuda.synchronize()
-    return {k: statistics.median(s.elapsed_time(e) for s, e in v) for k, v in ev.items()}
 
 
 sampler = Sampler(); time.sleep(0.5)
@@ -53,7 +27,7 @@ for hidden, inter in ((4096, 14336), (8192, 28672)):
             fns[r] = (lambda c=c: _cuda.gated_linear_fwd(x, w, None, "silu", save, config=c))
         a = _cuda.gated_linear_fwd(x, w, None, "silu", False, config=rows.index("pingpong_128x128_c2x1"))[0]
         b = _cuda.gated_linear_fwd(x, w, None, "silu", False, config=rows.index("pingpong_128x192_c2x1"))[0]
-        t = paired(fns); wn = windows(fns, sampler)
+        t = paired_medians(fns, rounds=40); wn = sustained_windows(fns, sampler, calls=30)
         base = "pingpong_128x128_c2x1"
         tw = {k: statistics.median(v[0] for v in wn[k]) for k in fns}
         print(f"== {hidden} -> 2 x {inter}, save P {save}; 128x192 vs 128x128 bit-identical: {torch.equal(a, b)}", flush=True)

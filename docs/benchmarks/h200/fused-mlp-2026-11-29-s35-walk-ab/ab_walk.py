@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import kp_fused_mlp
 from kp_fused_mlp import _cuda
 sys.path.insert(0, sys.argv[1])  # packages/kp-fused-mlp/tools of the checkout
-from gemm_sustained import Sampler
+from gemm_sustained import Sampler, paired_medians, sustained_windows  # the timers as run, moved there after the run
 mod = _cuda.NATIVE.module
 dev, dt, M = "cuda", torch.bfloat16, 8192
 
@@ -20,35 +20,9 @@ def with_walk(walk, f):
     return g
 
 
-def windows(fns, sampler, calls=20, rounds=3):
-    got = {k: [] for k in fns}
-    names = list(fns)
-    for _ in range(rounds):
-        for k in names + names[::-1]:
-            fns[k](); torch.cuda.synchronize()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.monotonic(); s.record()
-            for _ in range(calls):
-                fns[k]()
-            e.record(); e.synchronize()
-            got[k].append((s.elapsed_time(e) / calls, *sampler.window(t0 + 0.03, time.monotonic())[:2]))
-    return got
-
-
-def paired(fns, rounds=30):
-    names = list(fns)
-    ev = {k: [] for k in names}
-    for r in range(rounds):
-        for k in names[r % len(names):] + names[: r % len(names)]:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(); fns[k](); e.record(); ev[k].append((s, e))
-    torch.cuda.synchronize()
-    return {k: statistics.median(s.elapsed_time(e) for s, e in v) for k, v in ev.items()}
-
-
 def report(title, fns, sampler):
-    t = paired(fns)
-    w = windows(fns, sampler)
+    t = paired_medians(fns)
+    w = sustained_windows(fns, sampler)
     base = "kp old walk"
     tw = {k: statistics.median(v[0] for v in w[k]) for k in fns}
     print(f"== {title}", flush=True)
