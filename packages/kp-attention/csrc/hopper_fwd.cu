@@ -3,27 +3,14 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <initializer_list>
 #include <string>
 
 #include "hopper_fwd.h"
+#include "kp/built_archs.h"
 #include "kp/launch.cuh"
-
-#if __has_include("kp/archs.h")
-#include "kp/archs.h"
-#endif
 
 namespace kp_attention {
 namespace {
-
-bool built_for_sm90a() {
-#ifdef KP_SASS_ARCH_NAMES
-  const std::initializer_list<const char*> names = {KP_SASS_ARCH_NAMES};  // empty in a PTX-only build
-  for (const char* name : names)
-    if (std::strcmp(name, "90a") == 0) return true;
-#endif
-  return false;
-}
 
 // KP_ATTENTION_FWD_KERNEL=sm80 in the environment: the sm80 kernel everywhere (read once).
 std::atomic<int>& force_sm80() {
@@ -38,7 +25,7 @@ std::atomic<int>& force_sm80() {
 
 bool hopper_fwd_available(int device) {
   if (force_sm80().load(std::memory_order_relaxed)) return false;
-  static const bool built = built_for_sm90a();
+  static const bool built = kp::built_for("90a");
   if (!built) return false;
   const kp::DeviceInfo& info = kp::device_info(device);
   return info.major == 9 && info.minor == 0;

@@ -5,8 +5,7 @@
 //   ptx_archs() -> list[int]        virtual archs embedded as PTX (JIT-compiled for newer GPUs)
 //   cuda_runtime_version() -> int   CUDART_VERSION at build time (cudart is linked statically)
 //   check_device(device) -> str     "" when the kernels can run there, else the reason
-// KP_SASS_ARCHS / KP_PTX_ARCHS are comma lists of numbers, KP_SASS_ARCH_NAMES of strings, from the
-// kp/archs.h kp_add_extension() generates.
+// The arch lists come from kp/built_archs.h (the kp/archs.h kp_add_extension() generates).
 // Nothing here touches CUDA at import: a module imports on a machine without a GPU or driver.
 #pragma once
 #include <cuda_runtime_api.h>
@@ -17,18 +16,7 @@
 #include <string>
 #include <vector>
 
-#if __has_include("kp/archs.h")
-#include "kp/archs.h"
-#endif
-#ifndef KP_SASS_ARCHS  // a module built without kp_add_extension(): no list
-#define KP_SASS_ARCHS
-#endif
-#ifndef KP_SASS_ARCH_NAMES
-#define KP_SASS_ARCH_NAMES
-#endif
-#ifndef KP_PTX_ARCHS
-#define KP_PTX_ARCHS
-#endif
+#include "kp/built_archs.h"
 
 namespace kp {
 
@@ -39,11 +27,6 @@ inline P py_ptr(uintptr_t v) {
   return reinterpret_cast<P>(v);
 }
 inline cudaStream_t py_stream(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
-
-inline std::vector<int> compiled_archs() { return std::vector<int>{KP_SASS_ARCHS}; }
-inline std::vector<int> ptx_archs() { return std::vector<int>{KP_PTX_ARCHS}; }
-// The machine-code archs as compiled ("90a": sm_90a, with the arch-specific features wgmma/setmaxnreg).
-inline std::vector<std::string> compiled_arch_names() { return std::vector<std::string>{KP_SASS_ARCH_NAMES}; }
 
 inline std::string arch_list() {
   std::string s = "SASS for";

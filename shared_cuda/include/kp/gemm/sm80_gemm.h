@@ -14,18 +14,13 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <initializer_list>
 #include <string>
 
+#include "kp/built_archs.h"
 #include "kp/dtype.cuh"
 #include "kp/launch.cuh"
 #include "kp/gemm/epilogues.h"
 #include "kp/gemm/problem.h"
-
-#if __has_include("kp/archs.h")
-#include "kp/archs.h"
-#endif
 
 namespace kp::gemm {
 
@@ -47,16 +42,7 @@ inline std::string sm80_device_problem(int device) {
   if (info.major < 8)
     return "device " + std::to_string(device) + " is sm_" + std::to_string(10 * info.major + info.minor) +
            ": kp's GEMM needs sm_80 or newer (mma.sync on bf16, cp.async)";
-#ifdef KP_SASS_ARCH_NAMES
-  const std::initializer_list<const char*> names = {KP_SASS_ARCH_NAMES};  // empty in a PTX-only build
-  for (const char* name : names) {
-    const std::string s(name);
-    const int v = std::atoi(s.c_str());
-    const bool specific = !s.empty() && s.back() == 'a';
-    if (specific ? (v / 10 == info.major && v % 10 == info.minor) : (v / 10 == info.major && v % 10 <= info.minor))
-      return "";
-  }
-#endif
+  if (has_sass_for(info.major, info.minor)) return "";
   return "this build has no machine code for sm_" + std::to_string(10 * info.major + info.minor) +
          " (KP_CUDA_ARCHS): rebuild with it to run kp's GEMM there";
 }

@@ -16,9 +16,9 @@
 #pragma once
 #include <cuda_runtime.h>
 
-#include <initializer_list>
 #include <string>
 
+#include "kp/built_archs.h"
 #include "kp/dtype.cuh"
 #include "kp/launch.cuh"
 #include "kp/gemm/config.h"
@@ -26,10 +26,6 @@
 #include "kp/gemm/operands.h"
 #include "kp/gemm/problem.h"
 #include "kp/gemm/scheduler.h"
-
-#if __has_include("kp/archs.h")
-#include "kp/archs.h"
-#endif
 
 namespace kp::gemm {
 
@@ -43,16 +39,11 @@ struct Sm90Gemm {
   static int threads();         // its CTA size (a producer warpgroup + consumers)
 };
 
-// Whether this module carries sm_90a machine code. KP_SASS_ARCH_NAMES (the generated archs.h) is an
-// initializer list of strings: "80", "90a" for the default build ("90a" only in a module with
-// SM90A_SOURCES compiled for it: KpExtension.cmake).
+// Whether this module carries sm_90a machine code (kp/built_archs.h), asked once: the launch
+// checks ask every call.
 inline bool built_for_sm90a() {
-#ifdef KP_SASS_ARCH_NAMES
-  const std::initializer_list<const char*> names = {KP_SASS_ARCH_NAMES};  // empty in a PTX-only build
-  for (const char* name : names)
-    if (std::string(name) == "90a") return true;
-#endif
-  return false;
+  static const bool built = kp::built_for("90a");
+  return built;
 }
 
 // "" when `device` can run the sm90a GEMM of this module, else why not.
