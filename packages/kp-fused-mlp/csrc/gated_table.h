@@ -1,6 +1,6 @@
 // gated_linear's sm90a table: the kernels of the gated GEMM (kp/gemm/sm90_gated.h), one row each,
 // and the rule that picks a row for a call. Each row is instantiated for bf16 and fp16
-// (gated_sm90.cu): 8 kernels. `kp_fused_mlp._cuda.gated_plan(m, inter)` reports the row a call gets;
+// (gated_sm90.cu): 10 kernels. `kp_fused_mlp._cuda.gated_plan(m, inter, hidden)` reports the row a call gets;
 // `config=` on the native call forces one (tests run every row).
 //
 // The rows are linear_act's three rows above its decode row (gemm_table.h). With N = 2I
@@ -13,7 +13,7 @@
 // W tiles of a row of tiles (a 28672-wide N) stream from DRAM again for every band of M.
 //   pingpong_128x128_c1x2   M <= 128: one tile row, so a cluster along M would idle its second CTA
 //                           (linear_act: c2x1 ran 1.7x slower at M = 128); the pair shares x tiles.
-//   pingpong_128x128_c2x1   M <= 4096, and any M where K <= 4096 (kGatedPingpongMaxK, below): the
+//   pingpong_128x128_c2x1   M <= 4096 (and at K <= 4096, kGatedPingpongMaxK below): the
 //                           epilogue of one consumer warpgroup runs under the other's mainloop
 //                           (the gated epilogue does more math a column than bias + act: the
 //                           overlap matters more here).
@@ -25,6 +25,8 @@
 //                           through TMA multicast. Its epilogue is not hidden: 64 4-byte stores a
 //                           thread a tile (128 with the pre-activations), against a mainloop of
 //                           K / 64 k-blocks of 128 x 256 x 64.
+//   pingpong_128x192_c2x1   M > 4096 where K <= 4096 (Llama-3-8B's shape at 8192 tokens): the
+//                           pingpong schedule with fewer L2 bytes a multiply-add (below).
 // Decode sizes (M <= 32) are meant for the GEMV (branch decode-gemv) once it serves gated_linear.
 #pragma once
 #include <cstdint>
@@ -46,11 +48,15 @@ struct GatedTable {
       {"pingpong_128x128_c2x1",   128, 128, 64,         2, 1, kPingpong, 8,      kAlongN, 4096},
       {"coop_256x192_c1x2",       256, 192, 64,         1, 2, kCoop,     8,      kAlongN, 0,     12288},
       {"coop_128x256_c2x1",       128, 256, 64,         2, 1, kCoop,     8,      kAlongN, 0},
+      // Only by pick_gated_row's short-K cut past 4096 tokens (min_n keeps pick_row off it).
+      {"pingpong_128x192_c2x1",   128, 192, 64,         2, 1, kPingpong, 8,      kAlongN, 0,     1 << 30},
   };
   static constexpr int size = sizeof(rows) / sizeof(rows[0]);
 };
 static_assert(GatedTable::rows[1].schedule == kp::gemm::Sm90Schedule::kPingpong && GatedTable::rows[1].cluster_m == 2,
               "pick_gated_row's short-K cut names row 1: pingpong_128x128_c2x1");
+static_assert(GatedTable::rows[4].schedule == kp::gemm::Sm90Schedule::kPingpong && GatedTable::rows[4].tile_n == 192,
+              "pick_gated_row's short-K cut past 4096 tokens names row 4: pingpong_128x192_c2x1");
 
 template <int Row>
 using GatedRow = kp::gemm::TableRow<GatedTable, Row>;
@@ -70,10 +76,27 @@ using GatedRow = kp::gemm::TableRow<GatedTable, Row>;
 //   8192 -> 2 x 28672     pingpong 0.951x in windows (1.047x paired), coop 0.991-0.995x: no cut.
 constexpr int64_t kGatedPingpongMaxK = 4096;
 
+// Past 4096 tokens the short-K cut takes the wider pingpong tile, 128 x 192 (96 h columns a consumer
+// tile): (128 + 192 / 2) / (128 x 192) = 0.0091 operand elements from L2 a multiply-add against
+// 0.0117 for 128 x 128, which a GPU that starts a call cool turns into clock. H200, 4096 -> 2 x 14336
+// at 8192 tokens, bf16, against pingpong_128x128_c2x1, two runs (2026-11-29 and -30,
+// docs/benchmarks/h200/fused-mlp-2026-11-30-s36-cluster-2x2/README.md, parts 3-4):
+//                        paired           windows          spaced (L2 flushed, the GPU idle 30 ms)
+//   without P            0.986-0.988x     0.997-1.004x     1.024x
+//   saving P             0.990-0.994x     1.014-1.015x     1.033x
+// The regimes the bench harness reports (flushed single calls, sustained windows) both gain; rounds
+// of every candidate back to back lose 1%. GatedMLP, same shape, against torch.compile of the
+// unfused module (part 4), 128 x 128 -> 128 x 192: forward paired 1.055 -> 1.046x, windows 1.043 ->
+// 1.046x, spaced 1.054 -> 1.063x; forward + backward 1.017 -> 1.013x, 0.997 -> 0.999x, 1.015 ->
+// 1.021x. Not measured below 8192 tokens: M <= 4096 keeps 128 x 128 (fewer, wider tiles cost more
+// in the last round there).
+constexpr int64_t kGatedWidePingpongFromM = 4097;
+
 // The row of a call of M rows, N = 2I columns of Wi and K = hidden (n, k 0: unknown, the rows for
 // any width or depth).
 inline int pick_gated_row(int64_t m, int64_t n, int64_t k = 0) {
-  if (m > 128 && k > 0 && k <= kGatedPingpongMaxK) return 1;  // pingpong_128x128_c2x1
+  if (m > 128 && k > 0 && k <= kGatedPingpongMaxK)
+    return m >= kGatedWidePingpongFromM ? 4 : 1;  // pingpong_128x192_c2x1 : pingpong_128x128_c2x1
   return kp::gemm::pick_row<GatedTable>(m, n);
 }
 

@@ -539,7 +539,9 @@ def test_gated_epilogue_on_the_host(tmp_path):
 
 # ---- the cuda level's GEMM (GPU only) ------------------------------------------------------------
 
-GATED_ROWS = ["pingpong_128x128_c1x2", "pingpong_128x128_c2x1", "coop_256x192_c1x2", "coop_128x256_c2x1"]  # gated_table.h
+GATED_ROWS = [
+    "pingpong_128x128_c1x2", "pingpong_128x128_c2x1", "coop_256x192_c1x2", "coop_128x256_c2x1", "pingpong_128x192_c2x1"
+]  # gated_table.h
 # (M, H, I): M 1, 7, 130, 1031 and past 8K; H and I multiples of 8 but of no tile (64 / 128 / 256).
 CUDA_SHAPES = [(1, 72, 136), (7, 1000, 520), (130, 72, 136), (1031, 1000, 520), (8200, 1032, 1048)]
 
@@ -584,12 +586,13 @@ def test_cuda_plan_and_auto():
     assert gated.LEVELS.resolve("auto", cuda, torch.bfloat16, False, 14336, 4096) == "cuda"
     assert gated.LEVELS.resolve("auto", cuda, torch.float16, True, 136, 72) == "cuda"
     assert gated.LEVELS.resolve("auto", cuda, torch.float32, False, 136, 72) == "triton"
-    any_width = [r for r in GATED_ROWS if r != "coop_256x192_c1x2"]  # min_n: only for 2I >= 12288
+    any_width = [r for r in GATED_ROWS[:4] if r != "coop_256x192_c1x2"]  # min_n: only for 2I >= 12288; row 4: the cut only
     assert [_cuda.gated_plan(m) for m in (1, 128, 129, 4096, 4097, 8192)] == [r for r in any_width for _ in (0, 1)]
     assert _cuda.gated_plan(8192, 14336) == "coop_256x192_c1x2" and _cuda.gated_plan(8192, 6143) == any_width[-1]
     assert _cuda.gated_plan(4096, 14336) == "pingpong_128x128_c2x1"
-    # past M = 4096 the pingpong row still serves a hidden size (K) up to 4096: Llama-3-8B's shape
-    assert _cuda.gated_plan(8192, 14336, 4096) == "pingpong_128x128_c2x1" == _cuda.gated_plan(65536, 2048, 64)
+    # a hidden size (K) up to 4096 keeps a pingpong row: 128 x 128 up to M = 4096, 128 x 192 past it
+    assert _cuda.gated_plan(4096, 14336, 4096) == "pingpong_128x128_c2x1" == _cuda.gated_plan(129, 2048, 64)
+    assert _cuda.gated_plan(8192, 14336, 4096) == "pingpong_128x192_c2x1" == _cuda.gated_plan(4097, 2048, 64)
     assert _cuda.gated_plan(8192, 28672, 8192) == "coop_256x192_c1x2" and _cuda.gated_plan(8192, 6143, 4097) == any_width[-1]
     assert _cuda.gated_plan(100, 14336, 4096) == "pingpong_128x128_c1x2"
 
@@ -601,7 +604,7 @@ def test_cuda_default_rows_past_4096_tokens(shape, seed):
     table's pick on each side of the cut, saving P and not, against float64."""
     _cuda = _cuda_level()
     m, hidden, inter = shape
-    assert _cuda.gated_plan(m, inter, hidden) == ("pingpong_128x128_c2x1" if hidden <= 4096 else "coop_128x256_c2x1")
+    assert _cuda.gated_plan(m, inter, hidden) == ("pingpong_128x192_c2x1" if hidden <= 4096 else "coop_128x256_c2x1")
     x, w, b = _inputs((m, hidden), inter, torch.bfloat16, "cuda", seed, True)
     want, torch_h = _oracle(x, w, b, "silu")
     with poisoned_outputs("cuda", [want.numel() * 8] * 3):

@@ -118,6 +118,6 @@ int check_row() {
 }  // namespace
 
 int main() {
-  static_assert(kp_fused_mlp::GatedTable::size == 4);
-  return check_row<0>() | check_row<1>() | check_row<2>() | check_row<3>();
+  static_assert(kp_fused_mlp::GatedTable::size == 5);
+  return check_row<0>() | check_row<1>() | check_row<2>() | check_row<3>() | check_row<4>();
 }
