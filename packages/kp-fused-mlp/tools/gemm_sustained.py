@@ -120,6 +120,47 @@ def sustained_windows(fns: dict, sampler: Sampler, calls: int = 20, rounds: int 
             got[k].append((s.elapsed_time(e) / calls, *sampler.window(t0 + 0.03, time.monotonic())[:2]))
     return got
 
+
+def spaced_medians(fns: dict, rounds: int = 15, idle_s: float = 0.03) -> dict:
+    """Each callable once a round (the order rotated) after an L2 flush and `idle_s` of an idle GPU,
+    timed by its own CUDA events: the median ms of each, a GPU that starts every call cool (the
+    regime of the bench harness's flushed column)."""
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    got = {k: [] for k in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for k in names[r % len(names):] + names[: r % len(names)]:
+            torch.cuda.synchronize()
+            time.sleep(idle_s)
+            flush.zero_()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fns[k]()
+            e.record()
+            e.synchronize()
+            got[k].append(s.elapsed_time(e))
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
+def three_regimes(fns: dict, sampler: Sampler, base: str, paired_rounds: int = 30, calls: int = 20,
+                  window_rounds: int = 3, spaced_rounds: int = 12, width: int = 24) -> dict:
+    """`fns` in paired rounds, windows of back-to-back calls and spaced calls; prints a line each
+    (us, speed over `base`, the windows' clock and power) and returns name -> (paired ms, windows ms,
+    MHz, W, spaced ms)."""
+    t = paired_medians(fns, rounds=paired_rounds)
+    wn = sustained_windows(fns, sampler, calls=calls, rounds=window_rounds)
+    sp = spaced_medians(fns, rounds=spaced_rounds)
+    out = {}
+    for k in fns:
+        tw = statistics.median(v[0] for v in wn[k])
+        out[k] = (t[k], tw, statistics.mean(v[1] for v in wn[k]), statistics.mean(v[2] for v in wn[k]), sp[k])
+    b = out[base]
+    for k, (tp, tw, clk, pw, ts) in out.items():
+        print(f"  {k:{width}s} paired {tp * 1e3:7.0f} us x{b[0] / tp:.3f} | windows {tw * 1e3:7.0f} us "
+              f"x{b[1] / tw:.3f} {clk:5.0f} MHz {pw:4.0f} W | spaced {ts * 1e3:7.0f} us x{b[4] / ts:.3f}", flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=200)

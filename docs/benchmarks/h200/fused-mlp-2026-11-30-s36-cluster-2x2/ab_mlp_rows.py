@@ -3,17 +3,18 @@ tokens (pingpong_128x192_c2x1) against the same module forced onto the old one
 (pingpong_128x128_c2x1, the native call's config patched) and torch.compile of the unfused module
 (three nn.Linear as Hugging Face writes it): forward (no gradient) and the training step (forward +
 backward of x and every weight). Paired rounds, windows of back-to-back calls (A B B A, clock and
-power), spaced calls (L2 flushed, the GPU idle 30 ms before each)."""
-import statistics, sys, time
+power), spaced calls (L2 flushed, the GPU idle 30 ms before each).
+
+    python ab_mlp_rows.py <kp-fused-mlp/tools>"""
+import sys
+import time
 import torch
 import torch.nn.functional as F
 from torch import nn
 import kp_fused_mlp
 from kp_fused_mlp import _cuda
 sys.path.insert(0, sys.argv[1])
-from gemm_sustained import Sampler, paired_medians, sustained_windows
-sys.path.insert(0, sys.argv[2])
-from ab_split import spaced_medians  # noqa: E402
+from gemm_sustained import Sampler, three_regimes  # noqa: E402
 
 dev, dt, M, H, I = "cuda", torch.bfloat16, 8192, 4096, 14336
 mod = _cuda.NATIVE.module
@@ -79,20 +80,13 @@ old = rows.index("pingpong_128x128_c2x1")
 with torch.no_grad():
     a, b = kp(x), forced(old, lambda: kp(x))()
 print("new vs old row, GatedMLP forward bit-identical:", torch.equal(a, b), flush=True)
-sampler = Sampler(); time.sleep(0.5)
+sampler = Sampler()
+time.sleep(0.5)  # its first samples
 for name, make in (("forward", fwd), ("fwd + bwd", step)):
     fns = {"torch.compile": make(comp), "kp 128x128 (old)": forced(old, make(kp)), "kp 128x192 (new)": make(kp)}
     for f in fns.values():
         f(); f()
     torch.cuda.synchronize()
-    t = paired_medians(fns, rounds=30)
-    wn = sustained_windows(fns, sampler, calls=20, rounds=3)
-    sp = spaced_medians(fns, rounds=12)
-    base = "torch.compile"
-    tw = {k: statistics.median(v[0] for v in wn[k]) for k in fns}
-    print(f"== GatedMLP {name}, {M} x {H} -> {I} (x: speed over {base})", flush=True)
-    for k in fns:
-        clk = statistics.mean(v[1] for v in wn[k]); pw = statistics.mean(v[2] for v in wn[k])
-        print(f"  {k:18s} paired {t[k]*1e3:7.0f} us x{t[base]/t[k]:.3f} | windows {tw[k]*1e3:7.0f} us "
-              f"x{tw[base]/tw[k]:.3f} {clk:5.0f} MHz {pw:4.0f} W | spaced {sp[k]*1e3:7.0f} us x{sp[base]/sp[k]:.3f}", flush=True)
+    print(f"== GatedMLP {name}, {M} x {H} -> {I} (x: speed over torch.compile)", flush=True)
+    three_regimes(fns, sampler, "torch.compile", width=18)
 sampler.stop()

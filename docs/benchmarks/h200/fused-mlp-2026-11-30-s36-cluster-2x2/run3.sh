@@ -4,5 +4,5 @@ ROOT=$PWD
 pip install --no-index --no-deps --no-compile --target /tmp/site .ab/whl42/kp_fused_mlp*.whl > /dev/null 2>&1
 export PYTHONPATH=/tmp/site:$ROOT/packages/kp-core/src
 cd /tmp
-timeout 400 python $ROOT/.ab/s40/sweep_split.py $ROOT/packages/kp-fused-mlp/tools $ROOT/.ab/s40 > $OUT/sweep-split.txt 2>&1; echo "rc=$?" >> $OUT/sweep-split.txt
+timeout 400 python $ROOT/docs/benchmarks/h200/fused-mlp-2026-11-30-s36-cluster-2x2/sweep_split.py $ROOT/packages/kp-fused-mlp/tools > $OUT/sweep-split.txt 2>&1; echo "rc=$?" >> $OUT/sweep-split.txt
 cat $OUT/sweep-split.txt

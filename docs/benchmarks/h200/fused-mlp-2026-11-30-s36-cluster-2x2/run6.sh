@@ -7,5 +7,5 @@ cd $ROOT/packages/kp-fused-mlp/tests
 timeout -s INT 170 python -m pytest -q -n 16 -p no:cacheprovider test_gated_mlp.py -k "cuda or mlp" > $OUT/pytest-gated.txt 2>&1; echo "rc=$?" >> $OUT/pytest-gated.txt
 grep -E "passed|failed|^FAILED|^ERROR|rc=" $OUT/pytest-gated.txt | tail -6
 cd /tmp
-timeout 260 python $ROOT/.ab/s42/ab_mlp_rows.py $ROOT/packages/kp-fused-mlp/tools $ROOT/.ab/s40 > $OUT/ab-mlp-rows.txt 2>&1; echo "rc=$?" >> $OUT/ab-mlp-rows.txt
+timeout 260 python $ROOT/docs/benchmarks/h200/fused-mlp-2026-11-30-s36-cluster-2x2/ab_mlp_rows.py $ROOT/packages/kp-fused-mlp/tools > $OUT/ab-mlp-rows.txt 2>&1; echo "rc=$?" >> $OUT/ab-mlp-rows.txt
 grep -v -i warn $OUT/ab-mlp-rows.txt | tail -20
