@@ -84,7 +84,6 @@ class Sampler:
         self.p.terminate()
 
 
-
 def paired_medians(fns: dict, rounds: int = 30) -> dict:
     """Paired rounds: every callable once a round (the order rotated), each call timed by its own
     CUDA events, so all share one heat; the median ms of each."""

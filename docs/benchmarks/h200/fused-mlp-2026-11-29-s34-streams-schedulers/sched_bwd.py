@@ -1,36 +1,21 @@
 """Session 34: the scheduler (swizzle, raster) of linear_act's training GEMMs, dX = dP W and
 dW = dP^T X, under sustained load (windows of back-to-back calls, A..F F..A, SM clock and board
 power sampled) and in paired rounds, against torch.mm. The table's rows run swizzle 1 with the
-heuristic raster (gemm_table.h); the gated GEMM's sweep had found swizzle 8 along N worth 3-5%."""
-import statistics, subprocess, threading, time
+heuristic raster (gemm_table.h); the gated GEMM's sweep had found swizzle 8 along N worth 3-5%.
+
+    python sched_bwd.py <kp-fused-mlp/tools>
+
+The sampler and the two timers are packages/kp-fused-mlp/tools/gemm_sustained.py's (moved there
+after the run)."""
+import statistics, sys, time
 import torch
 from kp_fused_mlp import _cuda
+sys.path.insert(0, sys.argv[1])
+from gemm_sustained import Sampler, paired_medians, sustained_windows  # noqa: E402
 dev, dt = "cuda", torch.bfloat16
 mod = _cuda.NATIVE.module
 M = 8192
 SETTINGS = {"table": (0, -1), "s8 along M": (8, 1), "s8 along N": (8, 2), "s4 along M": (4, 1), "s4 along N": (4, 2)}
-
-
-class Sampler:
-    def __init__(self):
-        self.p = subprocess.Popen(["nvidia-smi", "-i", str(torch.cuda.current_device()), "--query-gpu=clocks.sm,power.draw",
-                                   "--format=csv,noheader,nounits", "-lms", "20"], stdout=subprocess.PIPE, text=True, bufsize=1)
-        self.rows = []
-        threading.Thread(target=self.read, daemon=True).start()
-
-    def read(self):
-        for line in self.p.stdout:
-            try:
-                c, w = (float(v) for v in line.strip().split(","))
-            except ValueError:
-                continue
-            self.rows.append((time.monotonic(), c, w))
-
-    def window(self, t0, t1):
-        got = [(c, w) for t, c, w in self.rows if t0 <= t <= t1]
-        if not got:
-            return float("nan"), float("nan")
-        return statistics.mean(c for c, _ in got), statistics.mean(w for _, w in got)
 
 
 def impls(torch_fn, kp_fn):
@@ -41,36 +26,6 @@ def impls(torch_fn, kp_fn):
             return kp_fn()
         out[f"kp {name}"] = f
     return out
-
-
-def windows(fns, sampler, calls=40, rounds=3):
-    names = list(fns)
-    got = {k: [] for k in names}
-    for r in range(rounds):
-        for k in (names + names[::-1]):
-            fns[k]()
-            torch.cuda.synchronize()
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            t0 = time.monotonic()
-            s.record()
-            for _ in range(calls):
-                fns[k]()
-            e.record(); e.synchronize()
-            clk, pw = sampler.window(t0 + 0.03, time.monotonic())
-            got[k].append((s.elapsed_time(e) / calls, clk, pw))
-    return got
-
-
-def paired(fns, rounds=30):
-    names = list(fns)
-    ev = {k: [] for k in names}
-    for r in range(rounds):
-        for k in names[r % len(names):] + names[: r % len(names)]:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(); fns[k](); e.record()
-            ev[k].append((s, e))
-    torch.cuda.synchronize()
-    return {k: statistics.median(s.elapsed_time(e) for s, e in v) for k, v in ev.items()}
 
 
 sampler = Sampler()
@@ -95,8 +50,8 @@ for hidden, inter in ((4096, 14336), (8192, 28672)):
             torch.cuda.synchronize()
             err = float((ref.float() - got.float()).abs().max() / ref.float().abs().max())
             fl = 2 * M * n * k
-            t = paired(fns)
-            w_ = windows(fns, sampler)
+            t = paired_medians(fns)
+            w_ = sustained_windows(fns, sampler, calls=40)
             mod.gemm_scheduler_override(0, -1)
             print(f"== {title}  (max rel diff vs torch.mm {err:.2e})", flush=True)
             tw = {kk: statistics.median(v[0] for v in vv) for kk, vv in w_.items()}
@@ -107,4 +62,4 @@ for hidden, inter in ((4096, 14336), (8192, 28672)):
                       f"x{tw['torch.mm']/tw[kk]:.3f} mm (spread {spread*100:4.1f}%) {clk:5.0f} MHz {pw:5.0f} W "
                       f"{fl/tw[kk]/1e9/clk*1e3:6.1f} GF/clk", flush=True)
         del w, dy
-sampler.p.terminate()
+sampler.stop()
