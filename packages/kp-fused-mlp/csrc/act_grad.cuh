@@ -31,7 +31,8 @@ template <bool kFast> struct Gated<Act::kSilu, kFast> {
   }
   // d/dg g s(g) = s (1 + g (1 - s)).
   static __device__ __forceinline__ float2 f_df(float g) {
-    const float s = act_sigmoid<kFast>(g);
+    if constexpr (kFast) return kp::gemm::silu_and_grad(g);
+    const float s = act_sigmoid<false>(g);
     return make_float2(g * s, s * (1.f + g * (1.f - s)));
   }
 };
@@ -57,6 +58,7 @@ template <bool kFast> struct Gated<Act::kGeluTanh, kFast> {
   // h = (1 + t) / 2, t = tanh(k (g + c g^3)): d/dg g h = h + g (1 - t^2) k (1 + 3 c g^2) / 2, and
   // (1 - t^2) / 2 = 2 h (1 - h).
   static __device__ __forceinline__ float2 f_df(float g) {
+    if constexpr (kFast) return kp::gemm::gelu_tanh_and_grad(g);
     const float h = half_1p_tanh(g);
     return make_float2(g * h, h + 2.f * g * h * (1.f - h) * k * (1.f + 3.f * c * g * g));
   }

@@ -241,6 +241,24 @@ PYBIND11_MODULE(_C, m) {
       "(kp/gemm/sm90_gated.h), bias [2 * inter] in [bg; bu] order or 0; pre (or 0): [gate_pre | up_pre] [m, 2 * inter]; "
       "config: a gated table row, -1: the table's pick; swizzle (1/2/4/8) and raster (0 heuristic, 1 along M, 2 "
       "along N) override the row's scheduler for sweeps (0 / -1: the row's)");
+  m.def(
+      "gated_down_grad",
+      [](uintptr_t dy, int64_t dy_stride, uintptr_t wd, int64_t wd_stride, uintptr_t pre, int64_t pre_stride,
+         uintptr_t dpre, int64_t dpre_stride, int64_t m_, int64_t inter, int64_t k, int dtype, int act, int config,
+         int device, uintptr_t stream, int swizzle, int raster) {
+        const kp::gemm::DGatedProblem p{py_ptr(dy), dy_stride, py_ptr(wd), wd_stride, py_ptr(pre), pre_stride,
+                                        py_ptr<void*>(dpre), dpre_stride, m_, inter, k, dtype, act};
+        kp_fused_mlp::gated_down_grad(p, config, device, py_stream(stream), {swizzle, raster});
+      },
+      py::arg("dy"), py::arg("dy_stride"), py::arg("wd"), py::arg("wd_stride"), py::arg("pre"), py::arg("pre_stride"),
+      py::arg("dpre"), py::arg("dpre_stride"), py::arg("m"), py::arg("inter"), py::arg("k"), py::arg("dtype"),
+      py::arg("act"), py::arg("config"), py::arg("device"), py::arg("stream"), py::arg("swizzle") = 0,
+      py::arg("raster") = -1,
+      "dpre[m, 2 * inter] = [dh * up * act'(gate) | dh * act(gate)] with dh = dy[m, k] @ wd[k, inter] and [gate | up] "
+      "= pre[m, 2 * inter] (kp/gemm/sm90_dgated.h); config: a gated table row of DGatedRows, -1: its first; "
+      "swizzle / raster as gated_linear_fwd's");
+  m.def("dgated_plan", &kp_fused_mlp::dgated_plan, py::arg("m"), py::arg("hidden"),
+        "the gated table row GatedMLP's fused backward of m tokens and this hidden size takes, -1: not fused");
   m.def("gated_configs", &kp_fused_mlp::gated_config_names, "the rows of the gated GEMM table (csrc/gated_table.h)");
   m.def("gated_plan", &kp_fused_mlp::gated_plan, py::arg("m"), py::arg("inter") = 0, py::arg("k") = 0,
         "the gated table row a call of m rows, `inter` outputs and k = hidden gets (inter, k 0: the rows for any "

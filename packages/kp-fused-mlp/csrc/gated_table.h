@@ -100,4 +100,35 @@ inline int pick_gated_row(int64_t m, int64_t n, int64_t k = 0) {
   return kp::gemm::pick_row<GatedTable>(m, n);
 }
 
+// The gated-gradient GEMM (GatedMLP's backward: dP from dy, the down weight and P; dgated_sm90.cu):
+// one row, pingpong_128x128_c2x1 (its epilogue reads two elements and writes two for each one of dh,
+// under the other consumer's mainloop). GatedMLP fuses its backward only where the hidden size (this
+// GEMM's K) is at most kDGatedMaxHidden; past it the unfused backward (cuBLAS dh, then the Triton
+// pass) stays. H200, 2026-11-30, 8192 tokens, bf16, against cuBLAS dy @ Wd + the Triton pass
+// (docs/benchmarks/h200/fused-mlp-2026-11-30-s37-fused-backward/):
+//                                   paired           windows          spaced (L2 flushed, GPU idle)
+//   4096 -> 14336   pingpong 128x128  1.146-1.158x     1.085-1.102x     1.062-1.070x
+//                   pingpong 128x192  1.094-1.105x     1.078-1.090x     1.056-1.060x
+//                   coop 256x192      0.834x           0.886-0.914x     0.873-0.896x
+//   8192 -> 28672   pingpong 128x128  1.098x           1.024x           0.920x
+//                   pingpong 128x192  1.060x           1.005x           0.960x
+//                   coop 256x192      0.879x           0.920x           0.927x
+// The other two rows are not instantiated (2 kernels, not 6).
+struct DGatedRows {
+  static constexpr int rows[] = {1};  // pingpong_128x128_c2x1
+  static constexpr int size = sizeof(rows) / sizeof(rows[0]);
+  static constexpr bool has(int row) { return row == rows[0]; }
+};
+static_assert(GatedTable::rows[DGatedRows::rows[0]].schedule == kp::gemm::Sm90Schedule::kPingpong,
+              "the gated-gradient row is a pingpong row");
+
+constexpr int64_t kDGatedMaxHidden = 4096;
+
+// The gated-gradient row GatedMLP's backward of M tokens and hidden size `hidden` takes, or -1:
+// no fused backward (the unfused one is faster there).
+inline int pick_dgated_row(int64_t m, int64_t hidden) {
+  (void)m;
+  return hidden <= kDGatedMaxHidden ? DGatedRows::rows[0] : -1;
+}
+
 }  // namespace kp_fused_mlp

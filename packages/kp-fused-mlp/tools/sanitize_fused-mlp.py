@@ -4,11 +4,12 @@ halves, forward and backward, each checked against float64; linear_act's sm90 GE
 of its table with each epilogue, on shapes with M, N and K tails; its training path (the Z-saving
 forward, dP with the bias gradient, the dX and dW GEMMs) on each training row; gated_linear's sm90 GEMM
 (the interleaved weight, the gated epilogue's direct stores of h and of the pre-activations), every
-row of its table, both dtypes and activations, on M/H/I tails; the decode kernels of linear_act
+row of its table, both dtypes and activations, on M/H/I tails; GatedMLP's gated-gradient GEMM
+(every row, tails) and its fused training step; the decode kernels of linear_act
 and gated_linear (every decode row, K splits); GatedMLP's fused decode kernel (tools/gpu_check.sh
 sanitize).
 
-    python sanitize_fused-mlp.py [glu] [gemm] [train] [gated] [decode] [decode_mlp]    (default: all six)
+    python sanitize_fused-mlp.py [glu] [gemm] [train] [gated] [dgated] [decode] [decode_mlp]    (default: all)
 """
 import sys
 
@@ -112,6 +113,32 @@ def gated():
                         kt.assert_matches_oracle(pre, z, name=f"{name} pre")
 
 
+def dgated():
+    # GatedMLP's gated-gradient GEMM (kp/gemm/sm90_dgated.h): every row, both dtypes and
+    # activations, M / H / I tails (I = 40, 136: epilogue groups at the right edge), then the
+    # module's fused training step once.
+    why = _cuda.gated_linear_supports(True, "cuda", 0, torch.bfloat16, True, 64, 64)
+    if why:
+        return print("dgated: skipped,", why)
+    names = _cuda.NATIVE.module.gated_configs()
+    for row in ("pingpong_128x128_c2x1",):
+        for dtype in (torch.float16, torch.bfloat16):
+            for m, k, inter in [(1, 64, 8), (77, 200, 136), (130, 1032, 264), (257, 72, 40)]:
+                dy = kt.randn((m, k), dtype=dtype, device="cuda", seed=m)
+                wd = kt.randn((k, inter), dtype=dtype, device="cuda", seed=inter) / k**0.5
+                pre = kt.randn((m, 2 * inter), dtype=dtype, device="cuda", seed=k)
+                for act in ("silu", "gelu_tanh"):
+                    got = _cuda.gated_down_grad(dy, wd, pre, act, config=names.index(row))
+                    dh, g, u = dy.double() @ wd.double(), pre.double()[:, :inter], pre.double()[:, inter:]
+                    da = torch.func.grad(lambda t: reference.GATES[act](t).sum())(g)
+                    want = torch.cat([dh * u * da, dh * reference.GATES[act](g)], dim=1)
+                    kt.assert_matches_oracle(got, want, name=f"dgated {row} {act} {m}x{k}->{inter}")
+    mlp = kp_fused_mlp.GatedMLP(136, 264, "silu", bias=True, device="cuda", dtype=torch.bfloat16)
+    x = kt.randn((70, 136), dtype=torch.bfloat16, device="cuda", seed=3).requires_grad_(True)
+    mlp(x).sum().backward()
+    torch.cuda.synchronize()
+
+
 def decode():
     # The decode kernels (csrc/decode_gemv.cu): every table row by M (1 | 2 | 7 | 16 | 31, and 40
     # forced: two 32-token chunks) and every row forced at M = 3 (fma rows: 3 and 2 chunks of x), K
@@ -169,7 +196,7 @@ def decode_mlp():
                 kt.assert_matches_oracle(y, F.linear(h, d(wd), d(b2)), name=f"decode_mlp {row} {m} {hidden}/{inter}")
 
 
-PARTS = {"glu": glu, "gemm": gemm, "train": train, "gated": gated, "decode": decode, "decode_mlp": decode_mlp}
+PARTS = {"glu": glu, "gemm": gemm, "train": train, "gated": gated, "dgated": dgated, "decode": decode, "decode_mlp": decode_mlp}
 for part in sys.argv[1:] or PARTS:
     PARTS[part]()
 torch.cuda.synchronize()

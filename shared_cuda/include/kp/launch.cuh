@@ -15,12 +15,29 @@
 
 namespace kp {
 
-// Make `device` current for this scope; restore the caller's device afterwards.
+// Binds `device`'s primary context to this thread, once a thread and device. kp's host code calls
+// the driver API (cuTensorMapEncodeTiled: every TMA descriptor, CUTLASS's and kp's own), which needs
+// a current context; the runtime binds one only at a thread's first runtime call that needs it. An
+// autograd worker thread whose first CUDA work was a kp backward GEMM had none: its descriptors
+// failed with CUDA_ERROR_INVALID_CONTEXT and the kernel ran on garbage ones (an illegal
+// instruction; GatedMLP's fused backward as the first backward of a process, H200, 2026-11-30).
+// cudaSetDevice binds the primary context immediately (CUDA 12+).
+inline void bind_context(int device) {
+  thread_local uint64_t bound = 0;  // bit d: device d's context was bound on this thread
+  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+  if (bound & bit) return;
+  KP_CHECK_CUDA(cudaSetDevice(device));
+  bound |= bit;
+}
+
+// Make `device` current for this scope (its context bound to the thread); restore the caller's
+// device afterwards.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int device) : dev_(device) {
     KP_CHECK_CUDA(cudaGetDevice(&prev_));
     if (prev_ != dev_) KP_CHECK_CUDA(cudaSetDevice(dev_));
+    else bind_context(dev_);  // a different device was just set: cudaSetDevice bound its context
   }
   ~DeviceGuard() {
     if (prev_ != dev_) (void)cudaSetDevice(prev_);

@@ -505,10 +505,51 @@ def gated_linear_bwd(dh, x, w, pre, activation: str, need_dx: bool, need_dw: boo
     return linear_act_bwd(gated_pre_grad(dh, pre, activation), x, w, None, "none", need_dx, need_dw, need_db)
 
 
+def gated_down_grad(dy, wd, pre, activation: str, config: int = -1, swizzle: int = 0, raster: int = -1):
+    """dP = [dh up act'(gate) | dh act(gate)] [M, 2I] (contiguous, P's dtype) with dh = dy [M, H] @
+    wd [H, I] (the down projection's weight) and [gate | up] = P [M, 2I] as gated_linear_fwd saved
+    it, in one sm90 GEMM whose epilogue never writes dh (kp/gemm/sm90_dgated.h). config, swizzle,
+    raster: a row of gated_table.h's DGatedRows and the scheduler's knobs, for sweeps."""
+    (m, k), inter = dy.shape, wd.shape[1]
+    dpre = torch.empty((m, 2 * inter), dtype=pre.dtype, device=pre.device)
+    if m == 0 or inter == 0:
+        return dpre
+    if k == 0:  # dh = 0
+        return dpre.zero_()
+    dy, wd, pre = _tma_ready(dy), _tma_ready(wd), _tma_ready(pre)
+    index = dy.device.index
+    NATIVE.module.gated_down_grad(
+        dy.data_ptr(), _ld(dy), wd.data_ptr(), _ld(wd), pre.data_ptr(), _ld(pre), dpre.data_ptr(), 2 * inter, m,
+        inter, k, dtypes.code(dy.dtype), ACT_CODES[activation], config, index, current_stream(index), swizzle, raster,
+    )  # fmt: skip
+    return dpre
+
+
+def gated_mlp_bwd(dy, x, w, wd, h, pre, activation: str, need_dx: bool, need_dw: bool, need_db: bool,
+                  need_dwd: bool, need_dbd: bool):  # fmt: skip
+    """GatedMLP's backward (kp_fused_mlp.gated_mlp): (dx, dw, db, dwd, dbd), each None unless asked
+    for. dP from gated_down_grad (dh never written), then linear_act's backward GEMMs on it as
+    gated_linear_bwd runs them; the down projection's own gradients by torch (cuBLAS), as the
+    unfused module gets them."""
+    dpre = gated_down_grad(dy, wd, pre, activation) if need_dx or need_dw or need_db else None
+    dx, dw, db = (linear_act_bwd(dpre, x, w, None, "none", need_dx, need_dw, need_db) if dpre is not None
+                  else (None, None, None))  # fmt: skip
+    dwd = torch.mm(dy.t(), h) if need_dwd else None
+    dbd = dy.sum(0) if need_dbd else None
+    return dx, dw, db, dwd, dbd
+
+
 def gated_plan(m: int, inter: int = 0, hidden: int = 0) -> str:
     """The name of the gated table row a call of M rows, `inter` output columns and K = `hidden`
     gets (csrc/gated_table.h; inter, hidden 0: among the rows for any width or depth)."""
     return NATIVE.module.gated_configs()[NATIVE.module.gated_plan(m, inter, hidden)]
+
+
+def dgated_plan(m: int, hidden: int) -> str:
+    """The gated table row GatedMLP's fused backward of M tokens at this hidden size runs its
+    gated-gradient GEMM on, or "" where it is not fused (csrc/gated_table.h's kDGatedMaxHidden)."""
+    row = NATIVE.module.dgated_plan(m, hidden)
+    return NATIVE.module.gated_configs()[row] if row >= 0 else ""
 
 
 def gated_decode_fwd(x: torch.Tensor, w: torch.Tensor, bias, activation: str, decode_splits: Optional[int] = None,

@@ -121,7 +121,7 @@ GATED_LINEAR = AutogradOp(
 # Checks and the public function
 
 
-def _check(x, w, activation, bias) -> None:
+def check(x, w, activation, bias) -> None:
     check_operands("gated_linear", x, w, bias, weight_name="w_gate_up", in_name="hidden", rows_multiple=2,
                    layout="[2 * intermediate, hidden={k}] (the gate rows, then the up rows)",
                    bias_what="2 * intermediate: the gate's, then the up's")  # fmt: skip
@@ -154,7 +154,7 @@ def gated_linear(
     write through `.data` does not, and kp_fused_mlp._cuda.clear_gated_weight_cache() drops the copies).
     `backend`: "auto" (default), "cuda", "triton" or "reference".
     """
-    _check(x, w_gate_up, activation, bias)
+    check(x, w_gate_up, activation, bias)
     name, grad, compiling = level(x, w_gate_up, bias, backend)
     two_i, hidden = w_gate_up.shape
     inter = two_i // 2

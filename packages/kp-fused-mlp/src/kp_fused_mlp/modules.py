@@ -11,11 +11,13 @@ import math
 
 import torch
 from kp_core import registry
+from kp_core.op import as_rows
 from torch import nn
 from torch.nn.modules import module as _nn_module
 
 from . import gated, linear
 from .gated import GATED_ACTIVATIONS, gated_linear
+from .gated_mlp import gated_mlp
 from .linear import linear_act
 
 def _cuda_level():
@@ -49,6 +51,13 @@ def _fused_decode_serves(m: int, hidden: int, inter: int, dtype: torch.dtype, in
     return not _cuda_level().gated_mlp_decode_plan(m, hidden, inter, dtype, index)["why"]
 
 
+@registry.constant_result
+def _backward_fuses(hidden: int) -> bool:
+    """Whether GatedMLP's backward at this hidden size fuses the down projection's input gradient
+    and the gated activation's backward (the cuda level's plan; at trace time under torch.compile)."""
+    return bool(_cuda_level().dgated_plan(0, hidden))
+
+
 _DECODE_DTYPES = (torch.float16, torch.bfloat16)
 _PACKED = {"gate_up_weight": "weight", "gate_up_bias": "bias"}  # packed Parameter -> Hugging Face key suffix
 
@@ -65,6 +74,12 @@ class GatedMLP(nn.Module):
     builds one from a Hugging Face MLP; `kp_fused_mlp.replace_mlps(model)` swaps every one of a
     model's.
     """
+
+    fused_backward = True
+    """Training calls where gated_linear runs at the cuda level and the down projection is a plain
+    nn.Linear of x's dtype run as one op (gated_mlp.py) whose backward computes the down
+    projection's input gradient and the gated activation's backward in one GEMM; False keeps
+    gated_linear then down_proj (for A/B benchmarks)."""
 
     fused_decode = True
     """Inference calls at the decode table's tma sizes (sm90; 3-32 tokens where the gated projection
@@ -106,6 +121,10 @@ class GatedMLP(nn.Module):
             y = self._fused_decode(x, w, b, down, compiling)
             if y is not None:
                 return y
+        if name == "cuda" and grad and self.fused_backward and not autocast and self._fuses_backward(x, w, down):
+            gated.check(x, w, self.activation, b)
+            y = gated_mlp(as_rows(x, x.shape[-1]), w, b, down.weight, down.bias, self.activation, name, compiling)
+            return y.view(*x.shape[:-1], down.out_features)
         h = gated_linear(x, w, self.activation, b, backend=name)
         decode = linear.linear_decodes(h, down.out_features, h.shape[-1])
         if name == "cuda" and decode and not autocast and _plain_linear(down) and down.weight.dtype == h.dtype:
@@ -119,6 +138,17 @@ class GatedMLP(nn.Module):
             if down_level == "cuda" and not grad:
                 return linear_act(h, down.weight, down.bias, backend="cuda")
         return down(h)
+
+    @staticmethod
+    def _fuses_backward(x, w, down) -> bool:
+        """Whether gated_mlp takes a training call: a plain nn.Linear down projection of x's dtype
+        and device whose weight is [H, I] with H a multiple of 8 (TMA rows of dy) where the fused
+        backward is the faster one (csrc/gated_table.h: H <= 4096), and tokens."""
+        if not _plain_linear(down) or x.dim() == 0 or x.numel() == 0 or torch.jit.is_tracing():
+            return False
+        wd = down.weight
+        return (wd.dtype == x.dtype and wd.device == x.device and wd.dim() == 2 and wd.shape[1] == w.shape[0] // 2
+                and wd.shape[0] % 8 == 0 and _backward_fuses(wd.shape[0]))  # fmt: skip
 
     def _fused_decode(self, x, w, b, down, compiling=False):
         """The fused decode kernel's y (csrc/decode_mlp.cu: both projections in one launch), or None

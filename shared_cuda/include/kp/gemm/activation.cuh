@@ -22,6 +22,20 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 // x sigmoid(x). Where exp(-x) passes 2^126 the approximate division gives 0: silu(x) < 2^-120 there.
 __device__ __forceinline__ float silu(float x) { return __fdividef(x, 1.f + __expf(-x)); }
 
+// (act(g), act'(g)) with the hardware exp: the gated backward's epilogue and elementwise kernels.
+// silu: d/dg g s(g) = s (1 + g (1 - s)).
+__device__ __forceinline__ float2 silu_and_grad(float g) {
+  const float s = __fdividef(1.f, 1.f + __expf(-g));
+  return make_float2(g * s, s * (1.f + g * (1.f - s)));
+}
+// gelu_tanh: with h = (1 + t) / 2 = sigmoid(2u), t = tanh(u), u = k (g + c g^3):
+// d/dg g h = h + g (1 - t^2) u' / 2 and (1 - t^2) / 2 = 2 h (1 - h).
+__device__ __forceinline__ float2 gelu_tanh_and_grad(float g) {
+  constexpr float k = 0.79788456080286536f, c = 0.044715f;
+  const float h = __fdividef(1.f, 1.f + __expf(-2.f * k * (g + c * g * g * g)));
+  return make_float2(g * h, h + 2.f * g * h * (1.f - h) * k * (1.f + 3.f * c * g * g));
+}
+
 __device__ __forceinline__ float apply_act(Act a, float x) {
   switch (a) {
     case Act::kRelu: return relu(x);

@@ -9,9 +9,7 @@
 // contiguous bytes of a row a quad (store(), below); the 4-byte stores of one pair each, 8 rows x
 // 16 bytes a warp, made saving P cost 10% of the GEMM.
 //
-// The collective interface is CUTLASS's DefaultEpilogue's (operator() with the accumulators and
-// the TiledMma), wrapped in detail::Sm90TmaWarpSpecializedAdapter, which gives it the load/store
-// pipeline members the sm90 warp-specialized kernels (cooperative and pingpong) call.
+// The collective interface: register_epilogue.cuh.
 #pragma once
 #include <cute/tensor.hpp>
 #include <cutlass/cutlass.h>
@@ -21,6 +19,8 @@
 #include <cstdint>
 
 #include "kp/gemm/activation.cuh"
+#include "kp/gemm/quad_io.cuh"
+#include "kp/gemm/register_epilogue.cuh"
 #include "kp/gemm/sm90_gated.h"
 
 namespace kp::gemm {
@@ -37,78 +37,28 @@ struct GatedEpilogueArgs {
 };
 
 template <class T>
-class Sm90GatedEpilogue {
+class Sm90GatedEpilogue : public RegisterEpilogue<Sm90GatedEpilogue<T>, T, GatedEpilogueArgs> {
+  using Base = RegisterEpilogue<Sm90GatedEpilogue<T>, T, GatedEpilogueArgs>;
+  using Base::params_;
+
  public:
-  // What the sm90 kernels read of an epilogue's types (no C, and D is described by Params).
-  using ElementC = void;
-  using ElementD = T;
-  using StrideC = cute::Stride<int64_t, cute::Int<1>, int64_t>;
-  using StrideD = StrideC;
-  using ElementAccumulator = float;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
-
-  struct SharedStorage {};
-  using TensorStorage = SharedStorage;
-  using Arguments = GatedEpilogueArgs;
-  using Params = GatedEpilogueArgs;
+  using Base::Base;
 
   template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
-  template <class ProblemShape>
-  static bool can_implement(ProblemShape const& shape, Arguments const& args) {
+  static bool can_implement(ProblemShape const& shape, typename Base::Arguments const& args) {
     // Whole 16-column blocks of Wi: gate and up of every h column inside the problem.
     return cute::get<1>(shape) % (2 * kGatedBlock) == 0 && cute::get<1>(shape) == 2 * args.inter;
   }
 
-  CUTLASS_HOST_DEVICE
-  Sm90GatedEpilogue(Params const& params, SharedStorage const& = SharedStorage()) : params_(params) {}
-
-  CUTLASS_DEVICE bool is_source_needed() { return false; }
-
-  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
-            class TiledMma, class ResidueMNK>
-  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_mnk,
-                                 BlockCoordMNKL blk_coord_mnkl, cute::Tensor<FrgEngine, FrgLayout> const& acc,
-                                 TiledMma tiled_mma, ResidueMNK, int thread_idx, char*) {
-    using namespace cute;
-    // The accumulator fragment of an sm90 wgmma TiledMma: ((2 columns, 2 row halves, N/8 column
-    // groups), MMA_M, MMA_N). Gate group 2b and up group 2b + 1 hold the same columns of h.
-    static_assert(rank(FrgLayout{}) == 3 && rank<0>(FrgLayout{}) == 3, "not an sm90 wgmma accumulator fragment");
-    static_assert(size<0, 0>(FrgLayout{}) == 2 && size<0, 1>(FrgLayout{}) == 2 && size<0, 2>(FrgLayout{}) % 2 == 0,
+  // Gate group 2b and up group 2b + 1 of the accumulator hold the same columns of h.
+  template <class Acc, class Coords>
+  CUTLASS_DEVICE void epilogue(Acc const& acc, Coords const& tc, int m, int n) const {
+    static_assert(decltype(cute::size<0, 2>(acc))::value % 2 == 0,
                   "the gated epilogue pairs 8-column groups 2b and 2b + 1 of a 64 x N wgmma fragment");
-    static_assert(size<1>(BlockShapeMNK{}) % (2 * kGatedBlock) == 0, "tile_n must be a multiple of 16");
-
-    Tensor tc = thread_coords(problem_shape_mnkl, blk_shape_mnk, blk_coord_mnkl, tiled_mma, thread_idx);
-    const int m = get<0>(problem_shape_mnkl), n = get<1>(problem_shape_mnkl);
     switch (static_cast<Act>(params_.act)) {  // uniform: one branch a tile, outside the element loop
       case Act::kGeluTanh: return store(acc, tc, m, n, [](float x) { return gelu_tanh(x); });
       default: return store(acc, tc, m, n, [](float x) { return silu(x); });
     }
-  }
-
-  // The (m, n) problem coordinates of each accumulator element of thread `thread_idx` in tile
-  // `blk_coord_mnkl`, n a column of Wi. Host and device: tools/check_gated_epilogue.cu runs these
-  // two functions on the CPU.
-  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class TiledMma>
-  CUTLASS_HOST_DEVICE static auto thread_coords(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_mnk,
-                                                BlockCoordMNKL blk_coord_mnkl, TiledMma tiled_mma, int thread_idx) {
-    using namespace cute;
-    Tensor coords = local_tile(make_identity_tensor(make_shape(get<0>(problem_shape_mnkl), get<1>(problem_shape_mnkl))),
-                               take<0, 2>(blk_shape_mnk),
-                               make_coord(get<0>(blk_coord_mnkl), get<1>(blk_coord_mnkl)));  // (BLK_M, BLK_N)
-    return tiled_mma.get_thread_slice(thread_idx).partition_C(coords);  // like the accumulator fragment
   }
 
   // h (and P) from one thread's accumulators `acc` with coordinates `tc` (thread_coords), for a
@@ -202,42 +152,21 @@ class Sm90GatedEpilogue {
       uint32_t v[4];
       CUTLASS_PRAGMA_UNROLL
       for (int i = 0; i < 4; ++i) v[i] = pack(act(gate(i, 0)) * up(i, 0), act(gate(i, 1)) * up(i, 1));
-      quad_transpose(v, t);  // every lane of the warp takes part; the row check comes after
-      if (row < m) store16(h_ + row * params_.ldh + c, v);
+      quad::transpose(v, t);  // every lane of the warp takes part; the row check comes after
+      if (row < m) quad::store16(h_ + row * params_.ldh + c, v);
       if (pre_) {  // the backward's input, in W's order: [gate_pre | up_pre]
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < 4; ++i) v[i] = pack(gate(i, 0), gate(i, 1));
-        quad_transpose(v, t);
-        if (row < m) store16(pre_ + row * params_.ldp + c, v);
+        quad::transpose(v, t);
+        if (row < m) quad::store16(pre_ + row * params_.ldp + c, v);
         CUTLASS_PRAGMA_UNROLL
         for (int i = 0; i < 4; ++i) v[i] = pack(up(i, 0), up(i, 1));
-        quad_transpose(v, t);
-        if (row < m) store16(pre_ + row * params_.ldp + params_.inter + c, v);
+        quad::transpose(v, t);
+        if (row < m) quad::store16(pre_ + row * params_.ldp + params_.inter + c, v);
       }
     }
   }
 
-  // v[i] of quad lane j becomes v[j] of quad lane i (a 4 x 4 transpose of 32-bit pairs) in place,
-  // in two butterfly steps: lanes 2 apart swap the off-diagonal 2 x 2 blocks, then lanes 1 apart
-  // the off-diagonal elements of each block.
-  static CUTLASS_DEVICE void quad_transpose(uint32_t (&v)[4], int t) {
-    const bool hi = t & 2;
-    uint32_t a = hi ? v[0] : v[2], b = hi ? v[1] : v[3];
-    a = __shfl_xor_sync(0xffffffffu, a, 2);
-    b = __shfl_xor_sync(0xffffffffu, b, 2);
-    if (hi) v[0] = a, v[1] = b;
-    else v[2] = a, v[3] = b;
-    const bool odd = t & 1;
-    a = odd ? v[0] : v[1], b = odd ? v[2] : v[3];
-    a = __shfl_xor_sync(0xffffffffu, a, 1);
-    b = __shfl_xor_sync(0xffffffffu, b, 1);
-    if (odd) v[0] = a, v[2] = b;
-    else v[1] = a, v[3] = b;
-  }
-
-  static CUTLASS_DEVICE void store16(T* p, const uint32_t (&v)[4]) {
-    *reinterpret_cast<uint4*>(p) = make_uint4(v[0], v[1], v[2], v[3]);
-  }
 #endif
 
   // h's column of Wi's column `col` (a gate column: col % 16 < 8).
@@ -267,21 +196,15 @@ class Sm90GatedEpilogue {
   }
 
  private:
-  Params params_;
   T* h_ = static_cast<T*>(params_.h);
   T* pre_ = static_cast<T*>(params_.pre);
   // The 16-byte stores need 16-byte aligned rows: h's and P's bases and row strides, and I.
   bool wide_ok_ = (reinterpret_cast<uintptr_t>(params_.h) | reinterpret_cast<uintptr_t>(params_.pre)) % 16 == 0 &&
                   params_.ldh % 8 == 0 && params_.ldp % 8 == 0 && params_.inter % 8 == 0;
 
-  using Pair = cutlass::Array<T, 2>;
-  static CUTLASS_HOST_DEVICE uint32_t pack(float a, float b) {
-    const Pair v = cutlass::NumericArrayConverter<T, float, 2>::convert(cutlass::Array<float, 2>{a, b});
-    return reinterpret_cast<uint32_t const&>(v);
-  }
+  static CUTLASS_HOST_DEVICE uint32_t pack(float a, float b) { return quad::pack<T>(a, b); }
   static CUTLASS_HOST_DEVICE float2 load_pair(const T* p) {  // 2 elements of a 4-byte aligned bias
-    const Pair v = *reinterpret_cast<const Pair*>(p);
-    return make_float2(static_cast<float>(v[0]), static_cast<float>(v[1]));
+    return quad::unpack<T>(*reinterpret_cast<const uint32_t*>(p));
   }
 };
 
