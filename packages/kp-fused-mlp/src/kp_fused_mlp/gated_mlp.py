@@ -8,8 +8,9 @@ moves neither dh's writes nor its reads (Llama-3-8B at 8192 tokens: 0.47 GB a st
 The forward is gated_linear's level impl (it saves P) then torch's F.linear; the backward at the
 cuda level is _cuda.gated_mlp_bwd, at another level the same steps unfused (dh by torch, then that
 level's gated_linear_bwd). GatedMLP calls it for calls that need a gradient where gated_linear runs
-at the cuda level and its down projection is a plain nn.Linear (modules.py); the levels are
-gated_linear's (gated.LEVELS).
+at the cuda level, its down projection is a plain nn.Linear and the hidden size is at most 4096
+(past it the fused GEMM lost; csrc/gated_table.h, modules.py); the levels are gated_linear's
+(gated.LEVELS).
 """
 from __future__ import annotations
 
