@@ -109,6 +109,22 @@ def test_dgated_as_a_threads_first_cuda_work(seed):
     assert torch.equal(out["dpre"], want)
 
 
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_dgated_operand_shapes_refused_before_any_launch(device):
+    """The native side sees pointers and sizes: a down weight or P that does not match dy would be
+    read out of bounds, so the Python entry refuses it first (no GPU needed for the refusals)."""
+    dy = torch.zeros((256, 136), dtype=torch.bfloat16, device=device)
+    wd, pre = torch.zeros((136, 264), dtype=torch.bfloat16, device=device), torch.zeros((256, 528), dtype=torch.bfloat16, device=device)
+    with pytest.raises(ValueError, match=r"wd must be \[H, I\] and pre \[M, 2 \* I\]"):
+        _cuda.gated_down_grad(dy, wd[:128], pre, "silu")
+    with pytest.raises(ValueError, match="pre"):
+        _cuda.gated_down_grad(dy, wd, pre[:255], "silu")
+    with pytest.raises(ValueError, match="share a dtype"):
+        _cuda.gated_down_grad(dy, wd.half(), pre, "silu")
+    with pytest.raises(ValueError, match="2-D"):
+        _cuda.gated_down_grad(dy[None], wd, pre, "silu")
+
+
 def test_dgated_plan():
     """The row, and where GatedMLP fuses its backward (hidden <= 4096, gated_table.h's
     pick_dgated_row); the native module only, no GPU."""
@@ -116,6 +132,7 @@ def test_dgated_plan():
         pytest.skip("no native module in this build")
     assert [_cuda.dgated_plan(m, 4096) for m in (1, 4096, 8192)] == [DGATED_ROWS[0]] * 3
     assert _cuda.dgated_plan(8192, 4104) == "" == _cuda.dgated_plan(1, 8192)
+    assert _cuda.fuses_backward(4096) and not _cuda.fuses_backward(4104)
 
 
 def _mlp_oracle_grads(mlp, x, dy, act):

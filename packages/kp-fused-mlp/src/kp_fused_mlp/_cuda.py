@@ -505,11 +505,29 @@ def gated_linear_bwd(dh, x, w, pre, activation: str, need_dx: bool, need_dw: boo
     return linear_act_bwd(gated_pre_grad(dh, pre, activation), x, w, None, "none", need_dx, need_dw, need_db)
 
 
+def _check_dgated_operands(dy, wd, pre) -> None:
+    if dy.dim() != 2 or wd.dim() != 2 or pre.dim() != 2:
+        raise ValueError(f"gated_down_grad: dy, wd and pre must be 2-D, got {dy.dim()}, {wd.dim()} and {pre.dim()} dims")
+    (m, k), (k_w, inter) = dy.shape, wd.shape
+    if k_w != k or tuple(pre.shape) != (m, 2 * inter):
+        raise ValueError(
+            f"gated_down_grad: dy [M, H] = {tuple(dy.shape)}, wd must be [H, I] and pre [M, 2 * I]; got wd "
+            f"{tuple(wd.shape)}, pre {tuple(pre.shape)}"
+        )
+    if not (dy.dtype == wd.dtype == pre.dtype) or not (dy.device == wd.device == pre.device):
+        raise ValueError(
+            f"gated_down_grad: dy, wd and pre must share a dtype and device, got {dy.dtype} / {wd.dtype} / "
+            f"{pre.dtype} on {dy.device} / {wd.device} / {pre.device}"
+        )
+
+
 def gated_down_grad(dy, wd, pre, activation: str, config: int = -1, swizzle: int = 0, raster: int = -1):
     """dP = [dh up act'(gate) | dh act(gate)] [M, 2I] (contiguous, P's dtype) with dh = dy [M, H] @
     wd [H, I] (the down projection's weight) and [gate | up] = P [M, 2I] as gated_linear_fwd saved
     it, in one sm90 GEMM whose epilogue never writes dh (kp/gemm/sm90_dgated.h). config, swizzle,
-    raster: a row of gated_table.h's DGatedRows and the scheduler's knobs, for sweeps."""
+    raster: a row of gated_table.h's DGatedRows and the scheduler's knobs, for sweeps. The shapes are
+    checked here (the native side sees pointers and sizes: a mismatch would be read out of bounds)."""
+    _check_dgated_operands(dy, wd, pre)
     (m, k), inter = dy.shape, wd.shape[1]
     dpre = torch.empty((m, 2 * inter), dtype=pre.dtype, device=pre.device)
     if m == 0 or inter == 0:
@@ -543,6 +561,12 @@ def gated_plan(m: int, inter: int = 0, hidden: int = 0) -> str:
     """The name of the gated table row a call of M rows, `inter` output columns and K = `hidden`
     gets (csrc/gated_table.h; inter, hidden 0: among the rows for any width or depth)."""
     return NATIVE.module.gated_configs()[NATIVE.module.gated_plan(m, inter, hidden)]
+
+
+def fuses_backward(hidden: int) -> bool:
+    """Whether GatedMLP's backward at this hidden size is fused (dgated_plan names a row): one native
+    call, no string list (it runs once a training forward)."""
+    return NATIVE.module.dgated_plan(0, hidden) >= 0
 
 
 def dgated_plan(m: int, hidden: int) -> str:

@@ -55,7 +55,7 @@ def _fused_decode_serves(m: int, hidden: int, inter: int, dtype: torch.dtype, in
 def _backward_fuses(hidden: int) -> bool:
     """Whether GatedMLP's backward at this hidden size fuses the down projection's input gradient
     and the gated activation's backward (the cuda level's plan; at trace time under torch.compile)."""
-    return bool(_cuda_level().dgated_plan(0, hidden))
+    return _cuda_level().fuses_backward(hidden)
 
 
 _DECODE_DTYPES = (torch.float16, torch.bfloat16)
